@@ -1,0 +1,33 @@
+"""planner: pure EinDecomp planning — EinSum/EinGraph model, partition enumeration, cost model, decomposition.
+
+Imports nothing from tensorsql or DuckDB; tensorsql builds an EinGraph, calls ``decompose`` and turns the
+chosen partitionings into TRA plans.
+"""
+
+from __future__ import annotations
+
+from .costs import CostModel, agg_cost, effective_p, join_cost, kernel_calls, repart_cost, viable
+from .decompose import STRATEGIES, Plan, choose_p, decompose, evaluate
+from .einsum import AGG_FUNCTIONS, JOIN_FUNCTIONS, EinSum, PlanningError
+from .graph import EinGraph, Vertex
+
+__all__ = [
+    "AGG_FUNCTIONS",
+    "JOIN_FUNCTIONS",
+    "STRATEGIES",
+    "CostModel",
+    "EinGraph",
+    "EinSum",
+    "Plan",
+    "PlanningError",
+    "Vertex",
+    "agg_cost",
+    "choose_p",
+    "decompose",
+    "effective_p",
+    "evaluate",
+    "join_cost",
+    "kernel_calls",
+    "repart_cost",
+    "viable",
+]

@@ -1,0 +1,257 @@
+"""Partition enumeration and the EinDecomp cost model (DESIGN.md "Planner specification").
+
+A partitioning ``d`` gives every distinct label of an EinSum a number of parts (shared labels are
+co-partitioned). Costs count tensor elements moved, as in the paper, with its typos corrected.
+
+Ragged sizes (``b % d != 0``): tiles on the upper edge are smaller, but the planner costs every tile at
+the full extent ``ceil(b / d)`` — the upper bound the paper's formulas assume — and "number of consumer
+tiles" (``n / nc`` in the repartition formula) is ``prod(d_to)``. Both reduce to the paper's formulas when
+d divides b. Any ``p`` works (not only powers of two): ``viable`` lists every ordered factorization of p over
+the labels with ``d[l] <= b[l]``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from functools import cache, lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .einsum import EinSum, PlanningError
+
+__all__ = [
+    "CostModel",
+    "agg_cost",
+    "join_cost",
+    "kernel_calls",
+    "repart_cost",
+    "viable",
+]
+
+
+# ---- enumeration ---------------------------------------------------------------------------------------
+@cache
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return tuple(sorted(set(small + [n // k for k in small])))
+
+
+@lru_cache(maxsize=4096)
+def _factorizations(bounds: tuple[int, ...], p: int) -> tuple[tuple[int, ...], ...]:
+    """All d with prod(d) == p and 1 <= d[i] <= bounds[i] (ordered, lexicographic)."""
+    out: list[tuple[int, ...]] = []
+    n = len(bounds)
+    # suffix capacity lets us prune branches whose remaining labels cannot absorb the remaining factor
+    cap = [1] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        cap[i] = min(cap[i + 1] * bounds[i], p + 1)
+
+    def rec(i: int, rest: int, acc: tuple[int, ...]) -> None:
+        if i == n:
+            if rest == 1:
+                out.append(acc)
+            return
+        for f in _divisors(rest):
+            if f > bounds[i]:
+                break
+            if rest // f <= cap[i + 1]:
+                rec(i + 1, rest // f, (*acc, f))
+
+    if p >= 1:
+        rec(0, p, ())
+    return tuple(out)
+
+
+def _label_bounds(e: EinSum) -> tuple[int, ...]:
+    return tuple(n for _, n in e.sizes)
+
+
+def viable(einsum: EinSum, p: int) -> list[dict[str, int]]:
+    """Every partitioning with exactly ``p`` kernel calls (N(d) = p), as label -> parts dicts."""
+    _check_p(p)
+    return [dict(zip(einsum.labels, d, strict=False)) for d in _factorizations(_label_bounds(einsum), p)]
+
+
+@lru_cache(maxsize=4096)
+def viable_array(einsum: EinSum, p: int) -> np.ndarray:
+    """``viable`` as a (K, L) int array, columns in ``einsum.labels`` order (read-only, cached)."""
+    rows = _factorizations(_label_bounds(einsum), p)
+    arr = np.array(rows, dtype=np.int64).reshape(len(rows), len(einsum.labels))
+    arr.setflags(write=False)
+    return arr
+
+
+@lru_cache(maxsize=4096)
+def effective_p(einsum: EinSum, p: int) -> int:
+    """The largest divisor of p that the EinSum can be split into (p itself unless the tensor is too small).
+
+    A 3x5 matmul cannot make 16 kernel calls; it gets 8 (fewer calls rather than an invalid plan).
+    """
+    bounds = _label_bounds(einsum)
+    for q in reversed(_divisors(p)):
+        if _factorizations(bounds, q):
+            return q
+    return 1  # unreachable: q = 1 always has the all-ones vector
+
+
+def _check_p(p: int) -> None:
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise PlanningError(f"p (the number of kernel calls) must be a positive int, got {p!r}")
+
+
+# ---- vectorized costs ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Index:
+    """Column indices of an EinSum's labels, per role (repeated labels such as 'ii' repeat the index)."""
+
+    ops: tuple[tuple[int, ...], ...]
+    out: tuple[int, ...]
+    agg: tuple[int, ...]
+    bounds: np.ndarray
+
+
+@lru_cache(maxsize=4096)
+def _index(e: EinSum) -> _Index:
+    pos = {lab: i for i, lab in enumerate(e.labels)}
+    return _Index(
+        tuple(tuple(pos[lab] for lab in op) for op in e.inputs),
+        tuple(pos[lab] for lab in e.output),
+        tuple(pos[lab] for lab in e.agg_labels),
+        np.array(_label_bounds(e), dtype=np.float64),
+    )
+
+
+def local_costs(e: EinSum, D: np.ndarray) -> dict[str, np.ndarray]:
+    """Per-row kernel calls, join and aggregation element counts and flops for partitionings D (K, L)."""
+    ix = _index(e)
+    Df = D.astype(np.float64)
+    ext = np.ceil(ix.bounds / Df)
+    calls = Df.prod(axis=1)
+    sizes = [ext[:, list(op)].prod(axis=1) for op in ix.ops]
+    join = calls * sum(sizes)
+    nagg = Df[:, list(ix.agg)].prod(axis=1)
+    nz = ext[:, list(ix.out)].prod(axis=1)
+    agg = calls / nagg * (nagg - 1) * nz
+    flops = calls * ext.prod(axis=1) * (1.0 if e.is_unary else 2.0)
+    return {"calls": calls, "join": join, "agg": agg, "flops": flops}
+
+
+def repart_matrix(bound: Sequence[int], F: np.ndarray, T: np.ndarray) -> np.ndarray:
+    """cost_repart for every (row of F, row of T): producer parts F (n1, r) to consumer parts T (n2, r)."""
+    b = np.asarray(bound, dtype=np.float64)
+    ef = np.ceil(b / np.asarray(F, dtype=np.float64))  # producer tile extents
+    et = np.ceil(b / np.asarray(T, dtype=np.float64))  # consumer tile extents
+    n_p = ef.prod(axis=1)[:, None]
+    n_c = et.prod(axis=1)[None, :]
+    n_int = np.minimum(ef[:, None, :], et[None, :, :]).prod(axis=2)
+    tiles_c = np.asarray(T, dtype=np.float64).prod(axis=1)[None, :]  # n / nc
+    cost = (n_c / n_int - 1.0) * tiles_c * (n_c + n_p) + (n_p != n_int) * n_p * tiles_c
+    return cost
+
+
+# ---- scalar (public) costs -----------------------------------------------------------------------------
+def _parts(e: EinSum, d: Mapping[str, int] | Sequence[int]) -> np.ndarray:
+    """Normalize a partitioning (label dict, missing labels = 1, or a tuple in ``e.labels`` order)."""
+    if isinstance(d, Mapping):
+        unknown = set(d) - set(e.labels)
+        if unknown:
+            raise PlanningError(f"partitioning names labels not in {e.subscripts!r}: {sorted(unknown)}")
+        vals = [d.get(lab, 1) for lab in e.labels]
+    else:
+        vals = list(d)
+        if len(vals) != len(e.labels):
+            raise PlanningError(
+                f"partitioning {tuple(vals)} has {len(vals)} entries; {e.subscripts!r} has labels {e.labels}"
+            )
+    for lab, v, n in zip(e.labels, vals, _label_bounds(e), strict=False):
+        if isinstance(v, bool) or int(v) != v or not 1 <= v <= n:
+            raise PlanningError(f"label {lab!r}: parts {v!r} must be an int in 1..{n}")
+    return np.array([vals], dtype=np.int64)
+
+
+def _num(x: float) -> int | float:
+    x = float(x)
+    return int(x) if x.is_integer() else x
+
+
+def kernel_calls(einsum: EinSum, d: Mapping[str, int] | Sequence[int]) -> int:
+    """N(d): product of parts over the distinct labels of the inputs."""
+    return int(_parts(einsum, d).prod())
+
+
+def join_cost(einsum: EinSum, d: Mapping[str, int] | Sequence[int]) -> int | float:
+    """N(d) * (nX + nY) elements fed to kernels (N(d) * nX for a unary EinSum)."""
+    return _num(local_costs(einsum, _parts(einsum, d))["join"][0])
+
+
+def agg_cost(einsum: EinSum, d: Mapping[str, int] | Sequence[int]) -> int | float:
+    """(N / nagg) * (nagg - 1) * nZ elements moved to aggregate partial results."""
+    return _num(local_costs(einsum, _parts(einsum, d))["agg"][0])
+
+
+def repart_cost(bound: Sequence[int], d_from: Sequence[int], d_to: Sequence[int]) -> int | float:
+    """Elements moved to turn a tensor of shape ``bound`` split ``d_from`` into one split ``d_to``."""
+    bound, d_from, d_to = tuple(bound), tuple(d_from), tuple(d_to)
+    if not len(bound) == len(d_from) == len(d_to):
+        raise PlanningError(f"repart_cost: bound {bound}, d_from {d_from}, d_to {d_to} differ in rank")
+    for n, a, c in zip(bound, d_from, d_to, strict=False):
+        if not (1 <= a <= n and 1 <= c <= n):
+            raise PlanningError(f"repart_cost: parts {d_from} / {d_to} must lie in 1..bound {bound}")
+    return _num(repart_matrix(bound, np.array([d_from]), np.array([d_to]))[0, 0])
+
+
+# ---- machine cost model --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds = (per_call * N + per_byte * bytes_moved + per_flop * flops) / min(N, workers).
+
+    Element counts (join, aggregation, repartition) become bytes via ``itemsize``. ``workers`` is how many
+    kernel calls run at once; with the default 1 the formula is exactly the sum, and splitting only adds
+    overhead, so ``choose_p`` prefers few large blocks. Defaults are rough figures for the project's 2-core
+    AVX-512 machine (DESIGN.md facts): ~195 GFLOP/s, ~1 GB/s moving blobs through DuckDB, ~100 us per
+    kernel call; ``python -m planner.calibrate`` (provided by tensorsql) measures real ones.
+    """
+
+    per_call: float = 1e-4
+    per_byte: float = 1e-9
+    per_flop: float = 1.0 / 195e9
+    itemsize: int = 4
+    workers: int = 1
+
+    def __post_init__(self) -> None:
+        for name in ("per_call", "per_byte", "per_flop"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v):
+                raise PlanningError(f"CostModel.{name} must be a finite number >= 0, got {v!r}")
+        for name in ("itemsize", "workers"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise PlanningError(f"CostModel.{name} must be a positive int, got {v!r}")
+
+    def seconds(self, calls: float, elements: float, flops: float) -> float:
+        """Modelled time of one vertex: N calls moving ``elements`` and doing ``flops``."""
+        par = min(calls, self.workers)
+        return (
+            self.per_call * calls + self.per_byte * self.itemsize * elements + self.per_flop * flops
+        ) / par
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostModel:
+        """Read coefficients written by ``save`` (or calibration); missing keys keep their defaults."""
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PlanningError(f"cannot read cost model {str(path)!r}: {exc}") from None
+        if not isinstance(data, dict):
+            raise PlanningError(f"cost model {str(path)!r} must hold a JSON object")
+        unknown = set(data) - {"per_call", "per_byte", "per_flop", "itemsize", "workers"}
+        if unknown:
+            raise PlanningError(f"cost model {str(path)!r} has unknown keys {sorted(unknown)}")
+        return cls(**data)

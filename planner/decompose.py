@@ -1,0 +1,455 @@
+"""EinDecomp: choose a partitioning for every EinSum vertex of an EinGraph, plus comparison baselines.
+
+The optimisation is a min-sum problem: one variable per EinSum vertex (its index into ``viable``), a unary
+term per vertex (join + aggregation) and a pairwise term per producer -> consumer edge (repartition).
+Inputs cost nothing in every partitioning (pre-partitioned offline), so they are not variables.
+
+It is solved by variable elimination with numpy (min over one axis of broadcast sums). On a tree this *is*
+the paper's DP: eliminating a vertex leaves a table over its consumer, M[v, d]. On a DAG it plans shared
+vertices jointly — the table keeps the shared vertex's choice as an axis until all its consumers have
+been folded in — which is exact as long as the tables stay small. The fallback is the paper's
+linearization: a vertex with more than ``joint_consumers`` consumers keeps only the edge on its longest
+path, the other edges are ignored while optimising (and then charged as fixed terms in a few refinement
+rounds); if some table would still exceed ``joint_cap`` entries, every shared vertex is linearized, which
+leaves a forest and so pairwise tables only. ``Plan.cost`` always charges every edge, whatever was solved.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from .costs import CostModel, _divisors, _index, effective_p, local_costs, repart_matrix, viable_array
+from .einsum import EinSum, PlanningError
+from .graph import EinGraph, Vertex
+
+__all__ = ["STRATEGIES", "Plan", "choose_p", "decompose", "evaluate"]
+
+STRATEGIES = ("eindecomp", "sqrt", "data", "model", "none")
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A partitioning per vertex with its modelled cost.
+
+    ``partitions``: EinSum vertex -> {label: parts}; an input vertex gets the split its first consumer
+    reads it with, keyed by that consumer's labels. ``layouts``: vertex -> parts per dimension of the
+    vertex's tensor. ``operand_layouts``: (consumer, operand index) -> parts the consumer reads that
+    operand with (differs from the producer's layout where a repartition happens). ``breakdown``: EinSum
+    vertex -> {join, agg, repart, compute, total, calls}; units are elements moved when ``cost_model`` is
+    None (compute is then 0), else seconds.
+    """
+
+    graph: EinGraph
+    p: int
+    strategy: str
+    partitions: dict[Vertex, dict[str, int]]
+    layouts: dict[Vertex, tuple[int, ...]]
+    operand_layouts: dict[tuple[Vertex, int], tuple[int, ...]]
+    breakdown: dict[Vertex, dict[str, float]]
+    cost: float
+    cost_model: CostModel | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def calls(self, v: Vertex) -> int:
+        """Kernel calls N(d) of an EinSum vertex."""
+        return int(self.breakdown[v]["calls"])
+
+    @property
+    def repartitions(self) -> list[tuple[Vertex, Vertex, int, tuple[int, ...], tuple[int, ...]]]:
+        """(producer, consumer, operand, from parts, to parts) for every EinSum edge that must be re-split."""
+        out = []
+        for (v, k), want in self.operand_layouts.items():
+            u = v.inputs[k]
+            if u.einsum is not None and self.layouts[u] != want:
+                out.append((u, v, k, self.layouts[u], want))
+        return out
+
+
+# ---- cached numeric pieces -----------------------------------------------------------------------------
+def _domain(e: EinSum, p: int) -> np.ndarray:
+    return viable_array(e, effective_p(e, p))
+
+
+def _model_scale(cm: CostModel, calls: np.ndarray) -> np.ndarray:
+    return 1.0 / np.minimum(calls, cm.workers)
+
+
+def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np.ndarray]:
+    lc = local_costs(e, D)
+    if cm is None:
+        zero = np.zeros_like(lc["join"])
+        return {"join": lc["join"], "agg": lc["agg"], "compute": zero, "calls": lc["calls"]}
+    s = _model_scale(cm, lc["calls"])
+    byte = cm.per_byte * cm.itemsize
+    return {
+        "join": lc["join"] * byte * s,
+        "agg": lc["agg"] * byte * s,
+        "compute": (cm.per_call * lc["calls"] + cm.per_flop * lc["flops"]) * s,
+        "calls": lc["calls"],
+    }
+
+
+@lru_cache(maxsize=4096)
+def _local_vector(e: EinSum, p: int, cm: CostModel | None) -> np.ndarray:
+    t = _local_terms(e, _domain(e, p), cm)
+    vec = t["join"] + t["agg"] + t["compute"]
+    vec.setflags(write=False)
+    return vec
+
+
+def _edge_terms(
+    eu: EinSum, ev: EinSum, k: int, Du: np.ndarray, Dv: np.ndarray, cm: CostModel | None
+) -> np.ndarray:
+    """Repartition cost (model units) for every (row of Du, row of Dv) on edge u -> operand k of v."""
+    F = Du[:, list(_index(eu).out)]
+    T = Dv[:, list(_index(ev).ops[k])]
+    if len(F) * len(T) <= 64:  # evaluation of one plan: no point deduplicating
+        R = repart_matrix(eu.output_shape, F, T)
+    else:  # many viable vectors share an output/operand split: cost each distinct pair once
+        Fu, inv_f = np.unique(F, axis=0, return_inverse=True)
+        Tu, inv_t = np.unique(T, axis=0, return_inverse=True)
+        R = repart_matrix(eu.output_shape, Fu, Tu)[inv_f.reshape(-1)][:, inv_t.reshape(-1)]
+    if cm is not None:
+        R = R * (cm.per_byte * cm.itemsize) * _model_scale(cm, Dv.astype(np.float64).prod(axis=1))[None, :]
+    return R
+
+
+@lru_cache(maxsize=4096)
+def _edge_matrix(eu: EinSum, ev: EinSum, k: int, p: int, cm: CostModel | None) -> np.ndarray:
+    M = _edge_terms(eu, ev, k, _domain(eu, p), _domain(ev, p), cm)
+    M.setflags(write=False)
+    return M
+
+
+# ---- evaluation ----------------------------------------------------------------------------------------
+def _row(e: EinSum, d: Mapping[str, int] | Sequence[int] | np.ndarray) -> np.ndarray:
+    from .costs import _parts
+
+    if isinstance(d, np.ndarray):
+        return d.reshape(1, -1).astype(np.int64)
+    return _parts(e, d)
+
+
+def _build_plan(
+    graph: EinGraph, rows: dict[Vertex, np.ndarray], p: int, strategy: str, cm: CostModel | None, notes=()
+) -> Plan:
+    partitions: dict[Vertex, dict[str, int]] = {}
+    layouts: dict[Vertex, tuple[int, ...]] = {}
+    operand_layouts: dict[tuple[Vertex, int], tuple[int, ...]] = {}
+    breakdown: dict[Vertex, dict[str, float]] = {}
+    total = 0.0
+    for v in graph.vertices:
+        e = v.einsum
+        if e is None:
+            continue
+        d = rows[v]
+        ix = _index(e)
+        partitions[v] = {lab: int(x) for lab, x in zip(e.labels, d[0], strict=False)}
+        layouts[v] = tuple(int(d[0, i]) for i in ix.out)
+        t = _local_terms(e, d, cm)
+        repart = 0.0
+        for k, u in enumerate(v.inputs):
+            operand_layouts[(v, k)] = tuple(int(d[0, i]) for i in ix.ops[k])
+            if u.einsum is not None:
+                repart += float(_edge_terms(u.einsum, e, k, rows[u], d, cm)[0, 0])
+        b = {key: float(t[key][0]) for key in ("join", "agg", "compute", "calls")}
+        b["repart"] = repart
+        b["total"] = b["join"] + b["agg"] + b["repart"] + b["compute"]
+        breakdown[v] = b
+        total += b["total"]
+    for v in graph.vertices:  # inputs: the layout their first consumer reads them with
+        if v.einsum is not None:
+            continue
+        layouts[v] = tuple(1 for _ in v.shape)
+        partitions[v] = {}
+        for c in graph.consumers(v):
+            k = c.inputs.index(v)
+            layouts[v] = operand_layouts[(c, k)]
+            partitions[v] = dict(zip(c.einsum.inputs[k], layouts[v], strict=False))
+            break
+    return Plan(graph, p, strategy, partitions, layouts, operand_layouts, breakdown, total, cm, tuple(notes))
+
+
+def evaluate(
+    graph: EinGraph,
+    partitions: Mapping[Vertex, Mapping[str, int] | Sequence[int]],
+    cost_model: CostModel | None = None,
+    *,
+    p: int = 0,
+    strategy: str = "custom",
+) -> Plan:
+    """Cost a given partitioning of every EinSum vertex with the same model ``decompose`` uses."""
+    rows = {}
+    for v in graph.vertices:
+        if v.einsum is not None:
+            if v not in partitions:
+                raise PlanningError(f"no partitioning given for {v!r}")
+            rows[v] = _row(v.einsum, partitions[v])
+    return _build_plan(graph, rows, p, strategy, cost_model)
+
+
+# ---- min-sum variable elimination ----------------------------------------------------------------------
+class _TooBig(Exception):
+    pass
+
+
+def _min_sum(
+    doms: list[int], unary: list[np.ndarray], pairs: dict[tuple[int, int], np.ndarray], cap: float
+) -> list[int]:
+    """argmin over x of sum_i unary[i][x_i] + sum_(u,v) pairs[u,v][x_u, x_v], by greedy-order elimination.
+
+    Eliminates the variable whose new table is smallest (ties: earliest, i.e. topological order, so a tree
+    is solved leaves-first exactly like the paper's DP). Raises _TooBig when no table fits under ``cap``.
+    """
+    n = len(doms)
+    nbr: list[set[int]] = [set() for _ in range(n)]
+    fac_of: list[set[int]] = [set() for _ in range(n)]
+    factors: dict[int, tuple[tuple[int, ...], np.ndarray]] = {}
+    counter = 0
+
+    def add(scope: tuple[int, ...], arr: np.ndarray) -> None:
+        nonlocal counter
+        factors[counter] = (scope, arr)
+        for v in scope:
+            fac_of[v].add(counter)
+        counter += 1
+
+    for i in range(n):
+        add((i,), unary[i])
+    for (u, v), M in pairs.items():
+        if u > v:
+            u, v, M = v, u, M.T
+        add((u, v), M)
+        nbr[u].add(v)
+        nbr[v].add(u)
+
+    def score(x: int) -> int:
+        s = 1
+        for y in nbr[x]:
+            s *= doms[y]
+        return s
+
+    cur = [score(i) for i in range(n)]
+    heap = [(cur[i], i) for i in range(n)]
+    heapq.heapify(heap)
+    done = [False] * n
+    trail: list[tuple[int, tuple[int, ...], np.ndarray]] = []
+    while heap:
+        s, x = heapq.heappop(heap)
+        if done[x] or s != cur[x]:
+            continue
+        if s * doms[x] > cap:
+            raise _TooBig
+        done[x] = True
+        U = sorted(nbr[x] | {x})
+        pos = {v: j for j, v in enumerate(U)}
+        acc: np.ndarray | float = 0.0
+        for fid in fac_of[x]:
+            scope, arr = factors.pop(fid)
+            shape = [1] * len(U)
+            for v in scope:
+                shape[pos[v]] = doms[v]
+                if v != x:
+                    fac_of[v].discard(fid)
+            acc = acc + arr.reshape(shape)
+        fac_of[x] = set()
+        acc = np.asarray(acc)
+        ax = pos[x]
+        arg = acc.argmin(axis=ax)
+        best = acc.min(axis=ax)
+        scope = tuple(v for v in U if v != x)
+        trail.append((x, scope, arg))
+        if scope:
+            add(scope, best)
+        for y in scope:
+            nbr[y].discard(x)
+            nbr[y].update(z for z in scope if z != y)
+            cur[y] = score(y)
+            heapq.heappush(heap, (cur[y], y))
+    vals = [0] * n
+    for x, scope, arg in reversed(trail):
+        vals[x] = int(arg[tuple(vals[s] for s in scope)])
+    return vals
+
+
+class _Problem:
+    """The EinSum vertices of a graph as variables, with cached unary and edge tables."""
+
+    def __init__(self, graph: EinGraph, p: int, cm: CostModel | None) -> None:
+        self.graph, self.p, self.cm = graph, p, cm
+        self.verts = [v for v in graph.vertices if v.einsum is not None]
+        self.idx = {v: i for i, v in enumerate(self.verts)}
+        self.D = [_domain(v.einsum, p) for v in self.verts]
+        self.doms = [len(d) for d in self.D]
+        self.unary = [_local_vector(v.einsum, p, cm) for v in self.verts]
+        # edges (u, v, k): EinSum producer u feeds operand k of EinSum consumer v
+        self.edges = [
+            (self.idx[u], i, k)
+            for i, v in enumerate(self.verts)
+            for k, u in enumerate(v.inputs)
+            if u.einsum is not None
+        ]
+        self.edge_tab = [
+            _edge_matrix(self.verts[u].einsum, self.verts[v].einsum, k, p, cm) for u, v, k in self.edges
+        ]
+
+    def total(self, vals: list[int]) -> float:
+        t = sum(float(self.unary[i][x]) for i, x in enumerate(vals))
+        return t + sum(
+            float(M[vals[u], vals[v]]) for (u, v, _), M in zip(self.edges, self.edge_tab, strict=False)
+        )
+
+    def solve(self, cut: set[int], fixed: list[int] | None, cap: float) -> list[int]:
+        unary = list(self.unary)
+        pairs: dict[tuple[int, int], np.ndarray] = {}
+        for j, ((u, v, _), M) in enumerate(zip(self.edges, self.edge_tab, strict=False)):
+            if j in cut:
+                if fixed is not None:
+                    unary[v] = unary[v] + M[fixed[u]]
+                continue
+            pairs[(u, v)] = pairs[(u, v)] + M if (u, v) in pairs else M
+        return _min_sum(self.doms, unary, pairs, cap)
+
+    def heights(self) -> list[int]:
+        """Longest path (in EinSum vertices) from each vertex to a sink."""
+        h = [0] * len(self.verts)
+        out: list[list[int]] = [[] for _ in self.verts]
+        for u, v, _ in self.edges:
+            out[u].append(v)
+        for i in range(len(self.verts) - 1, -1, -1):
+            h[i] = 1 + max((h[c] for c in out[i]), default=0)
+        return h
+
+    def cuts(self, max_consumers: int) -> set[int]:
+        """Edges dropped by linearization: shared vertices with > max_consumers consumers keep the edge
+        to the consumer on their longest path (the paper's longest path first)."""
+        h = self.heights()
+        by_prod: dict[int, list[int]] = {}
+        for j, (u, _, _) in enumerate(self.edges):
+            by_prod.setdefault(u, []).append(j)
+        cut: set[int] = set()
+        for js in by_prod.values():
+            consumers = {self.edges[j][1] for j in js}
+            if len(consumers) <= max_consumers:
+                continue
+            keep = max(sorted(consumers), key=lambda c: h[c])
+            cut.update(j for j in js if self.edges[j][1] != keep)
+        return cut
+
+
+def _eindecomp(prob: _Problem, joint_consumers: int, joint_cap: float) -> tuple[list[int], list[str]]:
+    notes: list[str] = []
+    cut = prob.cuts(joint_consumers)
+    try:
+        vals = prob.solve(cut, None, joint_cap)
+    except _TooBig:
+        notes.append(f"joint tables over {joint_cap:g} entries: every shared vertex linearized")
+        cut = prob.cuts(1)
+        vals = prob.solve(cut, None, math.inf)
+    if cut:
+        notes.append(f"{len(cut)} edge(s) linearized")
+        best = prob.total(vals)
+        for _ in range(3):  # charge the ignored edges as fixed terms given the current choice
+            cand = prob.solve(cut, vals, math.inf)
+            c = prob.total(cand)
+            if c >= best * (1 - 1e-12):
+                break
+            vals, best = cand, c
+    return vals, notes
+
+
+# ---- baselines -----------------------------------------------------------------------------------------
+def _baseline_row(e: EinSum, p: int, strategy: str) -> np.ndarray:
+    """The viable partitioning nearest (in log parts) to the baseline's target; ties favour the labels the
+    baseline splits first. Always a valid vector with N(d) = effective_p(e, p)."""
+    L = len(e.labels)
+    if strategy == "none":
+        return np.ones((1, L), dtype=np.int64)
+    D = _domain(e, p)
+    q = effective_p(e, p)
+    ix = _index(e)
+    out = list(dict.fromkeys(ix.out)) or [0]
+    rest = [i for i in range(L) if i not in out]
+    target = np.zeros(L)
+    if strategy == "data":
+        target[out[0]] = math.log(q)
+        prio = out + rest
+    elif strategy == "model":
+        target[out[-1]] = math.log(q)
+        prio = out[::-1] + rest
+    else:  # sqrt: the first two output labels ~ sqrt(p) each (one label gets p if the output is a vector)
+        k = min(2, len(out))
+        for i in out[:k]:
+            target[i] = math.log(q) / k
+        prio = out + rest
+    logd = np.log(D.astype(np.float64))
+    dist = np.round(np.abs(logd - target).sum(axis=1), 9)
+    keys = [-logd[:, i] for i in reversed(prio)] + [dist]
+    best = np.lexsort(keys)[0]
+    return D[best : best + 1]
+
+
+# ---- entry points --------------------------------------------------------------------------------------
+def decompose(
+    graph: EinGraph,
+    p: int,
+    strategy: str = "eindecomp",
+    cost_model: CostModel | None = None,
+    *,
+    joint_consumers: int = 3,
+    joint_cap: float = 2**20,
+) -> Plan:
+    """Partition every EinSum vertex of ``graph`` into ``p`` kernel calls and cost the result.
+
+    A vertex too small for p kernel calls gets the largest divisor of p it can take (``effective_p``).
+    ``cost_model`` None costs elements moved (the paper); a CostModel costs seconds. "none" ignores p.
+    """
+    if not isinstance(graph, EinGraph):
+        raise PlanningError(f"decompose needs an EinGraph, got {type(graph).__name__}")
+    if isinstance(p, bool) or not isinstance(p, int) or p < 1:
+        raise PlanningError(f"p must be a positive int, got {p!r}")
+    if strategy not in STRATEGIES:
+        raise PlanningError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+    if cost_model is not None and not isinstance(cost_model, CostModel):
+        raise PlanningError(f"cost_model must be a CostModel or None, got {type(cost_model).__name__}")
+    verts = [v for v in graph.vertices if v.einsum is not None]
+    notes: list[str] = []
+    if strategy == "eindecomp":
+        prob = _Problem(graph, p, cost_model)
+        vals, notes = _eindecomp(prob, joint_consumers, joint_cap)
+        rows = {v: prob.D[i][vals[i] : vals[i] + 1] for i, v in enumerate(verts)}
+    else:
+        rows = {v: _baseline_row(v.einsum, p, strategy) for v in verts}
+    small = [v.name for v in verts if strategy != "none" and effective_p(v.einsum, p) != p]
+    if small:
+        notes.append(f"{len(small)} vertex(es) too small for p={p}, fewer calls: {', '.join(small[:5])}")
+    return _build_plan(graph, rows, p, strategy, cost_model, notes)
+
+
+def _candidates(max_p: int) -> list[int]:
+    primes = [q for q in _divisors(max_p) if q > 1 and all(q % r for r in range(2, math.isqrt(q) + 1))]
+    cands = {1, max_p} | {1 << k for k in range(max_p.bit_length()) if 1 << k <= max_p}
+    cands |= {m for m in range(2, max_p + 1) if any(m % q == 0 for q in primes)}
+    return sorted(cands)
+
+
+def choose_p(
+    graph: EinGraph, max_p: int, cost_model: CostModel | None = None, strategy: str = "eindecomp"
+) -> int:
+    """The kernel-call count (1..max_p: powers of two and multiples of max_p's prime factors) whose plan has
+    the least modelled time. With per-call overhead dominating, fewer larger blocks win."""
+    if isinstance(max_p, bool) or not isinstance(max_p, int) or max_p < 1:
+        raise PlanningError(f"max_p must be a positive int, got {max_p!r}")
+    cm = cost_model if cost_model is not None else CostModel()
+    best_p, best_cost = 1, math.inf
+    for q in _candidates(max_p):
+        c = decompose(graph, q, strategy, cm).cost
+        if c < best_cost * (1 - 1e-12):
+            best_p, best_cost = q, c
+    return best_p

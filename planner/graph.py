@@ -1,0 +1,137 @@
+"""EinGraph: a DAG of input tensors and EinSum vertices (the planner's view of a computation)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import opt_einsum
+
+from .einsum import EinSum, PlanningError
+
+__all__ = ["EinGraph", "Vertex"]
+
+
+@dataclass(frozen=True, eq=False)
+class Vertex:
+    """A handle to one graph vertex. Identity-hashed: two vertices are equal only if they are the same one.
+
+    ``inputs`` are the operand vertices in operand order (a vertex may appear twice, e.g. x*x).
+    ``einsum`` is None for graph inputs.
+    """
+
+    id: int
+    name: str
+    shape: tuple[int, ...]
+    einsum: EinSum | None = None
+    inputs: tuple[Vertex, ...] = ()
+
+    @property
+    def is_input(self) -> bool:
+        return self.einsum is None
+
+    def __repr__(self) -> str:
+        kind = "input" if self.einsum is None else self.einsum.subscripts
+        return f"Vertex({self.id}, {self.name!r}, {self.shape}, {kind})"
+
+
+class EinGraph:
+    """Builder and container. Vertices are created in a valid topological order (operands must exist)."""
+
+    def __init__(self) -> None:
+        self._vertices: list[Vertex] = []
+        self._consumers: dict[Vertex, list[Vertex]] = {}
+        self._names: set[str] = set()
+
+    def _add(self, name: str | None, shape: tuple[int, ...], einsum: EinSum | None, inputs: tuple) -> Vertex:
+        vid = len(self._vertices)
+        if name is None:
+            name = f"v{vid}"
+        if name in self._names:
+            raise PlanningError(f"vertex name {name!r} is already used")
+        v = Vertex(vid, name, shape, einsum, inputs)
+        self._names.add(name)
+        self._vertices.append(v)
+        self._consumers[v] = []
+        for u in inputs:
+            if not self._consumers[u] or self._consumers[u][-1] is not v:
+                self._consumers[u].append(v)
+        return v
+
+    def _check(self, v: object) -> Vertex:
+        if not isinstance(v, Vertex) or v.id >= len(self._vertices) or self._vertices[v.id] is not v:
+            raise PlanningError(f"{v!r} is not a vertex of this graph")
+        return v
+
+    def input(self, name: str, shape: tuple[int, ...]) -> Vertex:
+        """Declare an input tensor (pre-partitioned offline: the planner charges it nothing)."""
+        from .einsum import _shape
+
+        return self._add(name, _shape(shape, f"input {name!r}"), None, ())
+
+    def einsum(
+        self,
+        subscripts: str,
+        *vertices: Vertex,
+        join: str | None = None,
+        agg: str = "sum",
+        name: str | None = None,
+    ) -> Vertex:
+        """Add a unary/binary EinSum vertex. More than two operands are split into binary steps along
+        opt_einsum's greedy contraction path (multiply/sum only); the last step's vertex is returned."""
+        vs = tuple(self._check(v) for v in vertices)
+        if len(vs) > 2:
+            if join not in (None, "multiply") or agg != "sum":
+                raise PlanningError("an n-ary einsum (more than 2 operands) must use join=multiply, agg=sum")
+            return self._nary(subscripts, vs, name)
+        e = EinSum.parse(subscripts, *(v.shape for v in vs), join=join, agg=agg)
+        return self._add(name, e.output_shape, e, vs)
+
+    def _nary(self, subscripts: str, vs: tuple[Vertex, ...], name: str | None) -> Vertex:
+        spec = subscripts.replace(" ", "")
+        try:
+            _, info = opt_einsum.contract_path(spec, *(v.shape for v in vs), shapes=True, optimize="greedy")
+        except ValueError as exc:
+            raise PlanningError(f"{subscripts!r}: {exc}") from None
+        ops = list(vs)
+        out: Vertex | None = None
+        for step, (positions, _, step_spec, _, _) in enumerate(info.contraction_list):
+            operands = [ops[i] for i in positions]
+            for i in sorted(positions, reverse=True):
+                del ops[i]
+            last = step == len(info.contraction_list) - 1
+            out = self.einsum(step_spec, *operands, name=name if last else None)
+            ops.append(out)
+        assert out is not None
+        return out
+
+    # ---- views ---------------------------------------------------------------------------------------
+    @property
+    def vertices(self) -> tuple[Vertex, ...]:
+        """All vertices in topological order (creation order)."""
+        return tuple(self._vertices)
+
+    def topological_order(self) -> tuple[Vertex, ...]:
+        return tuple(self._vertices)
+
+    def consumers(self, v: Vertex) -> tuple[Vertex, ...]:
+        """Distinct vertices that read ``v`` (in creation order)."""
+        return tuple(self._consumers[self._check(v)])
+
+    @property
+    def inputs(self) -> tuple[Vertex, ...]:
+        return tuple(v for v in self._vertices if v.einsum is None)
+
+    @property
+    def outputs(self) -> tuple[Vertex, ...]:
+        """Vertices nobody consumes (the graph's results)."""
+        return tuple(v for v in self._vertices if not self._consumers[v])
+
+    def __len__(self) -> int:
+        return len(self._vertices)
+
+    def __contains__(self, v: object) -> bool:
+        return isinstance(v, Vertex) and v.id < len(self._vertices) and self._vertices[v.id] is v
+
+    def __repr__(self) -> str:
+        n_in = sum(1 for v in self._vertices if v.einsum is None)
+        return f"EinGraph({len(self._vertices) - n_in} einsums, {n_in} inputs)"

@@ -1,0 +1,69 @@
+"""tensorsql: tensors as relations of blocks, einsum as SQL that DuckDB runs with native block kernels."""
+
+# ruff: noqa: A004  (abs/map/pow mirror numpy-style names on purpose; use them as ts.abs etc.)
+
+from __future__ import annotations
+
+from tensorsql.api import (
+    abs,
+    connect,
+    default_session,
+    einsum,
+    einsum_path,
+    exp,
+    log,
+    map,
+    neg,
+    pow,
+    relu,
+    scale,
+    softmax,
+    sqrt,
+)
+from tensorsql.errors import (
+    CatalogError,
+    DTypeError,
+    EinsumError,
+    ExtensionError,
+    KernelError,
+    OperatorError,
+    PlanError,
+    ShapeError,
+    SQLExecutionError,
+    TableNotFoundError,
+    TensorSQLError,
+)
+from tensorsql.relation import TensorRelation
+from tensorsql.session import Session
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CatalogError",
+    "DTypeError",
+    "EinsumError",
+    "ExtensionError",
+    "KernelError",
+    "OperatorError",
+    "PlanError",
+    "SQLExecutionError",
+    "Session",
+    "ShapeError",
+    "TableNotFoundError",
+    "TensorRelation",
+    "TensorSQLError",
+    "abs",
+    "connect",
+    "default_session",
+    "einsum",
+    "einsum_path",
+    "exp",
+    "log",
+    "map",
+    "neg",
+    "pow",
+    "relu",
+    "scale",
+    "softmax",
+    "sqrt",
+]

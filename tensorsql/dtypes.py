@@ -1,0 +1,70 @@
+"""The six dtypes a tensor relation may hold, and how other numpy dtypes are carried through them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorsql.errors import DTypeError
+
+#: dtype name -> little-endian numpy dtype. These are the names the kernels understand.
+DTYPES: dict[str, np.dtype] = {
+    "float32": np.dtype("<f4"),
+    "float64": np.dtype("<f8"),
+    "int32": np.dtype("<i4"),
+    "int64": np.dtype("<i8"),
+    "complex64": np.dtype("<c8"),
+    "complex128": np.dtype("<c16"),
+}
+
+# numpy dtypes the drop-in ``tensorsql.einsum`` accepts by computing in a wider relation dtype and
+# casting back. Sums and products in modular (wrapping) integer arithmetic give the same low bits in a
+# wider type, so the cast back is exact; bool einsum is OR-of-AND, i.e. ``!= 0`` of the integer result.
+_CARRIERS: dict[str, str] = {
+    "bool": "int64",
+    "int8": "int32",
+    "int16": "int32",
+    "uint8": "int32",
+    "uint16": "int32",
+    "uint32": "int64",
+    "uint64": "int64",
+    "float16": "float32",
+}
+
+
+def dtype_name(dtype: object) -> str:
+    """Canonical relation dtype name for anything numpy accepts as a dtype; raises on the rest."""
+    try:
+        dt = np.dtype(dtype)  # type: ignore[call-overload]
+    except TypeError as exc:
+        raise DTypeError(f"unknown dtype {dtype!r}; supported: {', '.join(DTYPES)}") from exc
+    name = dt.name
+    if name not in DTYPES:
+        raise DTypeError(f"dtype {name} is not a tensor relation dtype; supported: {', '.join(DTYPES)}")
+    return name
+
+
+def carrier_dtype(dtype: np.dtype) -> str:
+    """The relation dtype that carries a numpy dtype through the engine (itself when supported)."""
+    name = np.dtype(dtype).name
+    if name in DTYPES:
+        return name
+    if name in _CARRIERS:
+        return _CARRIERS[name]
+    raise DTypeError(f"dtype {name} cannot be computed by tensorsql; supported: {', '.join(DTYPES)}")
+
+
+def is_complex(name: str) -> bool:
+    return name.startswith("complex")
+
+
+def is_integer(name: str) -> bool:
+    return name.startswith("int")
+
+
+def promote_float(name: str) -> str:
+    """The dtype a float-valued function (exp, log, divide...) of ``name`` produces, as in numpy."""
+    return "float64" if is_integer(name) else name
+
+
+def itemsize(name: str) -> int:
+    return DTYPES[name].itemsize

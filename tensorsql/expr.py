@@ -1,0 +1,89 @@
+"""The expression graph: immutable nodes, one per tensor-valued step (the EinGraph).
+
+Nodes compare by identity (``eq=False``) so a node used twice is one vertex of a DAG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+JOINS = ("multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min")
+AGGS = ("sum", "max", "min", "prod")
+MAPS = ("exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal")
+#: maps whose result is float for integer input (the input is promoted first, as numpy does)
+FLOAT_MAPS = ("exp", "log", "sqrt", "reciprocal")
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    shape: tuple[int, ...]
+    dtype: str
+
+
+@dataclass(frozen=True, eq=False)
+class Source(Node):
+    """A stored relation: a DuckDB table or view with columns k0..k{r-1}, tensor."""
+
+    table: str
+    block_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class EinSum(Node):
+    """Z[out] <- agg over labels not in out of join(inputs); one input (unary) or two (binary)."""
+
+    inputs: tuple[Node, ...]
+    in_labels: tuple[tuple[int, ...], ...]
+    out_labels: tuple[int, ...]
+    join: str
+    agg: str
+
+
+@dataclass(frozen=True, eq=False)
+class Map(Node):
+    """An element-wise scalar function; ``param`` for pow and scale."""
+
+    input: Node
+    fn: str
+    param: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class Cast(Node):
+    input: Node
+
+
+@dataclass(frozen=True, eq=False)
+class Reblock(Node):
+    """An explicit change of block shape (a repartition the user asked for)."""
+
+    input: Node
+    block_shape: tuple[int, ...]
+
+
+def children(node: Node) -> tuple[Node, ...]:
+    if isinstance(node, Source):
+        return ()
+    if isinstance(node, EinSum):
+        return node.inputs
+    if isinstance(node, Map | Cast | Reblock):
+        return (node.input,)
+    raise TypeError(f"unhandled expression node {type(node).__name__}")
+
+
+def topological(root: Node) -> list[Node]:
+    """Nodes reachable from root, inputs before consumers, each once."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((c, False) for c in reversed(children(node)) if id(c) not in seen)
+    return order

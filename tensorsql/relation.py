@@ -1,0 +1,85 @@
+"""TensorRelation: a tensor stored (or to be computed) as a relation of (block keys, tensor blob)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+
+from tensorsql import blocks as B
+from tensorsql import expr as E
+from tensorsql.dtypes import DTYPES
+
+if TYPE_CHECKING:
+    from tensorsql.session import Session
+
+
+class TensorRelation:
+    """A handle on an expression node in a session; computing happens on ``numpy()``/``save()``/...
+
+    Relations from ``from_numpy``/``from_sql``/``table`` are stored; ``einsum`` results are lazy and
+    run as one SQL statement when their value is first asked for.
+    """
+
+    __slots__ = ("__weakref__", "_keepalive", "node", "session")
+
+    def __init__(self, session: Session, node: E.Node, keepalive: object = None) -> None:
+        self.session = session
+        self.node = node
+        self._keepalive = keepalive
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.node.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.node.shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        return DTYPES[self.node.dtype]
+
+    @property
+    def block_shape(self) -> tuple[int, ...]:
+        return self.session.plan(self.node).partitioning.block_shapes[id(self.node)]
+
+    def numpy(self) -> np.ndarray:
+        table = self.session.run(self.node)
+        return B.assemble(table, self.shape, self.block_shape, self.node.dtype)
+
+    def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
+        arr = self.numpy()
+        return arr if dtype is None else arr.astype(dtype)
+
+    def to_arrow(self) -> pa.Table:
+        """Key columns and the ``tensor`` blob column, with dtype/shape/block_shape in schema metadata."""
+        table = self.session.run(self.node)
+        return table.replace_schema_metadata(B.metadata(self.shape, self.block_shape, self.node.dtype))
+
+    def save(self, name: str, *, replace: bool = False) -> TensorRelation:
+        """Store as a table ``name`` with a catalog entry; returns the stored relation."""
+        return self.session.save(self, name, replace=replace)
+
+    def materialize(self) -> TensorRelation:
+        """Compute once into a temporary table, so later uses read the blocks instead of recomputing."""
+        return self.session.materialize(self)
+
+    def sql(self, pretty: bool = True) -> str:
+        return self.session.plan(self.node).sql(pretty=pretty)
+
+    def explain(self) -> str:
+        return self.session.plan(self.node).explain()
+
+    def reblock(
+        self, block_shape: tuple[int, ...] | None = None, blocks: tuple[int, ...] | None = None
+    ) -> TensorRelation:
+        """The same tensor with another block shape (a repartition done in SQL by slice/assemble)."""
+        bs = B.resolve_block_shape(self.shape, block_shape, blocks, "reblock")
+        node = E.Reblock(shape=self.shape, dtype=self.node.dtype, input=self.node, block_shape=bs)
+        return TensorRelation(self.session, node, self._keepalive)
+
+    def __repr__(self) -> str:
+        kind = "stored" if isinstance(self.node, E.Source) else "lazy"
+        return f"<TensorRelation {kind} shape={self.shape} dtype={self.node.dtype}>"

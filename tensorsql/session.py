@@ -1,0 +1,454 @@
+"""Session: one embedded DuckDB connection with the kernel extension loaded, and the tensor catalog."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+
+import udf_kernels
+from tensorsql import blocks as B
+from tensorsql import catalog, frontend, lower, sqlgen
+from tensorsql import expr as E
+from tensorsql import tra as T
+from tensorsql.dtypes import DTYPES, dtype_name
+from tensorsql.errors import (
+    CatalogError,
+    ExtensionError,
+    KernelError,
+    ShapeError,
+    SQLExecutionError,
+    TensorSQLError,
+)
+from tensorsql.relation import TensorRelation
+from tensorsql.sqlgen import call, col, ident, lit
+from tensorsql.subscripts import label_name, parse, split_args
+
+_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything between an expression and its SQL: partitioning, TRA plan, sqlglot AST."""
+
+    root: E.Node
+    partitioning: lower.Partitioning
+    tra: T.Rel
+    ast: exp.Select
+
+    def sql(self, pretty: bool = True) -> str:
+        return sqlgen.sql_text(self.ast, pretty=pretty)
+
+    def explain(self) -> str:
+        lines = ["== EinGraph =="]
+        names: dict[int, str] = {}
+        for node in E.topological(self.root):
+            names[id(node)] = f"v{len(names)}"
+            bs = self.partitioning.block_shapes[id(node)]
+            head = f"{names[id(node)]} = "
+            if isinstance(node, E.Source):
+                desc = f"Source {node.table}"
+            elif isinstance(node, E.EinSum):
+                spec = ",".join(frontend.describe_labels(t) for t in node.in_labels)
+                spec += "->" + frontend.describe_labels(node.out_labels)
+                args = ", ".join(names[id(c)] for c in node.inputs)
+                blocks = self.partitioning.label_blocks[id(node)]
+                part = " ".join(f"{label_name(k)}:{v}" for k, v in blocks.items())
+                desc = f"EinSum '{spec}' join={node.join} agg={node.agg} ({args}) label blocks [{part}]"
+            elif isinstance(node, E.Map):
+                param = "" if node.param is None else f"({node.param})"
+                desc = f"Map {node.fn}{param} ({names[id(node.input)]})"
+            elif isinstance(node, E.Cast):
+                desc = f"Cast ({names[id(node.input)]})"
+            elif isinstance(node, E.Reblock):
+                desc = f"Reblock ({names[id(node.input)]})"
+            else:
+                raise TypeError(f"unhandled expression node {type(node).__name__}")
+            lines.append(f"{head}{desc} shape={node.shape} {node.dtype} blocks={bs}")
+        lines += ["", "== TRA plan ==", T.render(self.tra), "", "== SQL ==", self.sql(pretty=True)]
+        return "\n".join(lines)
+
+
+def _wrap_duckdb(exc: duckdb.Error, what: str) -> TensorSQLError:
+    msg = str(exc)
+    if "tensor_" in msg and not isinstance(exc, duckdb.CatalogException | duckdb.ParserException):
+        return KernelError(f"{what}: a block kernel rejected its input: {msg}")
+    return SQLExecutionError(f"{what}: {msg}")
+
+
+class Session:
+    """An embedded DuckDB (``:memory:`` or a file) with the kernels loaded."""
+
+    def __init__(self, database: str = ":memory:", threads: int | None = None) -> None:
+        config = {"allow_unsigned_extensions": "true"}
+        if threads is not None:
+            if not isinstance(threads, int) or threads < 1:
+                raise ValueError(f"threads={threads!r} must be a positive int")
+            config["threads"] = str(threads)
+        try:
+            self.con = duckdb.connect(str(database), config=config)
+        except duckdb.Error as exc:
+            raise CatalogError(f"cannot open {database!r} as a DuckDB database: {exc}") from exc
+        try:
+            udf_kernels.load(self.con)
+        except (udf_kernels.KernelBuildError, duckdb.Error, OSError) as exc:
+            raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
+        self.database = str(database)
+        self.threads = threads
+        self._lock = threading.RLock()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _name(self, prefix: str = "_ts_tmp") -> str:
+        return f"{prefix}_{next(_ids)}"
+
+    def execute(self, query: exp.Expression | str, what: str = "query") -> list[tuple]:
+        """Run a statement and fetch all its rows (DuckDB 2 blocks a connection with an open result)."""
+        return self._execute(query, what)[0]
+
+    def _execute(self, query: exp.Expression | str, what: str) -> tuple[list[tuple], list[tuple]]:
+        text = query if isinstance(query, str) else sqlgen.sql_text(query)
+        with self._lock:
+            try:
+                cur = self.con.execute(text)
+                return cur.fetchall(), list(cur.description or [])
+            except duckdb.Error as exc:
+                raise _wrap_duckdb(exc, what) from exc
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- planning and execution ---------------------------------------------------------------------
+    def plan(self, node: E.Node) -> Plan:
+        part = lower.default_partitioning(node)
+        rel = lower.lower(node, part)
+        return Plan(node, part, rel, sqlgen.to_ast(rel))
+
+    def run(self, node: E.Node) -> pa.Table:
+        text = self.plan(node).sql(pretty=False)
+        with self._lock:
+            try:
+                return self.con.sql(text).to_arrow_table()
+            except duckdb.Error as exc:
+                raise _wrap_duckdb(exc, "einsum") from exc
+
+    # -- making relations -----------------------------------------------------------------------------
+    def _source(
+        self, table: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
+    ) -> E.Source:
+        return E.Source(shape=shape, dtype=dtype, table=table, block_shape=block_shape)
+
+    def from_numpy(
+        self,
+        array: object,
+        block_shape: Sequence[int] | None = None,
+        blocks: Sequence[int] | None = None,
+        *,
+        dtype: object | None = None,
+    ) -> TensorRelation:
+        """Split an array into blocks and register them with DuckDB (Arrow, no extra table copy)."""
+        arr = np.asarray(array)
+        name = dtype_name(arr.dtype if dtype is None else dtype)
+        bs = B.resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
+        table = B.split(arr, bs, name)
+        view = self._name()
+        with self._lock:
+            self.con.register(view, table)
+        node = self._source(view, arr.shape, bs, name)
+        weakref.finalize(node, _unregister, weakref.ref(self), view)
+        return TensorRelation(self, node)
+
+    def from_arrow(self, table: pa.Table) -> TensorRelation:
+        """A blocked Arrow table carrying tensorsql schema metadata (what ``to_arrow`` returns)."""
+        import json
+
+        meta = table.schema.metadata or {}
+        try:
+            dtype = meta[b"tensorsql.dtype"].decode()
+            shape = tuple(json.loads(meta[b"tensorsql.shape"]))
+            bs = tuple(json.loads(meta[b"tensorsql.block_shape"]))
+        except (KeyError, ValueError) as exc:
+            raise CatalogError("Arrow table has no tensorsql metadata (dtype, shape, block_shape)") from exc
+        view = self._name()
+        with self._lock:
+            self.con.register(view, table)
+        node = self._source(view, shape, bs, dtype_name(dtype))
+        weakref.finalize(node, _unregister, weakref.ref(self), view)
+        return TensorRelation(self, node)
+
+    def table(self, name: str) -> TensorRelation:
+        """A stored tensor relation from the catalog."""
+        with self._lock:
+            entry = catalog.get(self.con, name)
+        return TensorRelation(self, self._source(name, entry.shape, entry.block_shape, entry.dtype))
+
+    def tables(self) -> list[str]:
+        with self._lock:
+            return catalog.names(self.con)
+
+    def save(self, rel: TensorRelation, name: str, *, replace: bool = False) -> TensorRelation:
+        if not isinstance(name, str) or not name:
+            raise CatalogError(f"table name must be a non-empty string, got {name!r}")
+        if name == catalog.CATALOG or name.startswith("_ts_"):
+            raise CatalogError(f"table name {name!r} is reserved by tensorsql")
+        plan = self.plan(rel.node)
+        bs = plan.partitioning.block_shapes[id(rel.node)]
+        create = exp.Create(
+            this=exp.Table(this=ident(name)),
+            kind="TABLE",
+            expression=plan.ast,
+            replace=replace,
+        )
+        with self._lock:
+            self.execute(exp.Transaction(), "begin")
+            try:
+                self.execute(create, f"save {name!r}")
+                catalog.put(self.con, catalog.Entry(name, rel.node.dtype, rel.shape, bs))
+                self.execute(exp.Commit(), "commit")
+            except BaseException:
+                self.con.execute("ROLLBACK").fetchall()
+                raise
+        return self.table(name)
+
+    def materialize(self, rel: TensorRelation) -> TensorRelation:
+        if isinstance(rel.node, E.Source):
+            return rel
+        plan = self.plan(rel.node)
+        bs = plan.partitioning.block_shapes[id(rel.node)]
+        name = self._name()
+        create = exp.Create(
+            this=exp.Table(this=ident(name)),
+            kind="TABLE",
+            expression=plan.ast,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+        )
+        self.execute(create, "materialize")
+        node = self._source(name, rel.shape, bs, rel.node.dtype)
+        weakref.finalize(node, _drop_temp, weakref.ref(self), name)
+        return TensorRelation(self, node)
+
+    def from_sql(
+        self,
+        query: str,
+        shape: Sequence[int],
+        block_shape: Sequence[int] | None = None,
+        blocks: Sequence[int] | None = None,
+        *,
+        dtype: object = "float64",
+    ) -> TensorRelation:
+        """Rows (i0, ..., i{r-1}, value) of any query -> a blocked relation, built inside DuckDB.
+
+        Duplicate coordinates are summed (COO semantics); coordinates that are not given are zero.
+        """
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise ShapeError(f"from_sql: shape {shape} has a negative dimension")
+        name = dtype_name(dtype)
+        bs = B.resolve_block_shape(shape, block_shape, blocks, "from_sql")
+        try:
+            parsed = sqlglot.parse_one(query, read="duckdb")
+        except sqlglot.errors.ParseError as exc:
+            raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
+        if not isinstance(parsed, exp.Query):
+            raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
+        r = len(shape)
+        idx_cols = [f"i{d}" for d in range(r)]
+        _, described = self._execute(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
+        ncols = len(described)
+        if ncols != r + 1:
+            raise ShapeError(
+                f"from_sql: the query returns {ncols} column(s) but a {r}-d tensor needs {r + 1} "
+                f"({', '.join(idx_cols)}, value)"
+            )
+        src = exp.select(exp.Star()).from_(
+            exp.Subquery(
+                this=parsed,
+                alias=exp.TableAlias(this=ident("q"), columns=[ident(c) for c in [*idx_cols, "v"]]),
+            )
+        )
+        # coordinates outside the shape (or NULL) are an error, reported with the first offender
+        bad = [
+            exp.or_(
+                exp.Is(this=col("s", c), expression=exp.Null()),
+                exp.LT(this=col("s", c), expression=lit(0)),
+                exp.GTE(this=col("s", c), expression=lit(n)),
+            )
+            for c, n in zip(idx_cols, shape, strict=True)
+        ]
+        if bad:
+            check = (
+                exp.select(*[col("s", c) for c in idx_cols])
+                .from_(src.subquery("s"))
+                .where(exp.or_(*bad))
+                .limit(1)
+            )
+            rows = self.execute(check, "from_sql")
+            if rows:
+                row = rows[0]
+                raise ShapeError(f"from_sql: row with coordinates {row} lies outside shape {shape}")
+
+        # per row: block keys and the flat C-order index inside the (possibly ragged) block
+        keyed_cols: list[exp.Expression] = []
+        exts: list[exp.Expression] = []
+        for d, (c, b) in enumerate(zip(idx_cols, bs, strict=True)):
+            k = exp.Cast(
+                this=exp.IntDiv(this=col("s", c), expression=lit(b)), to=exp.DataType.build("INTEGER")
+            )
+            keyed_cols.append(exp.alias_(k, ident(f"k{d}")))
+            exts.append(sqlgen.extent(_pos_schema(shape, bs, name), f"k{d}", exp.Paren(this=k.copy())))
+        flat: exp.Expression = lit(0)
+        for d, c in enumerate(idx_cols):
+            local = exp.Mod(this=col("s", c), expression=lit(bs[d]))
+            flat = exp.Add(this=exp.Mul(this=exp.Paren(this=flat), expression=exts[d]), expression=local)
+        value_type = "BIGINT" if name.startswith("int") else "DOUBLE"
+        keyed = exp.select(
+            *keyed_cols,
+            exp.alias_(exp.Cast(this=flat, to=exp.DataType.build("BIGINT")), ident("idx")),
+            exp.alias_(exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type)), ident("v")),
+        ).from_(src.subquery("s"))
+        pos = _pos_schema(shape, bs, name)
+        numel: exp.Expression = lit(1)
+        for d in range(r):
+            numel = exp.Mul(this=numel, expression=sqlgen.extent(pos, f"k{d}", col("p", f"k{d}")))
+        packed = (
+            exp.select(
+                *[col("p", f"k{d}") for d in range(r)],
+                exp.alias_(
+                    call(
+                        "tensor_pack",
+                        lit(name),
+                        col("p", "idx"),
+                        col("p", "v"),
+                        exp.Cast(this=numel, to=exp.DataType.build("BIGINT")),
+                    ),
+                    ident("tensor"),
+                ),
+            )
+            .from_(keyed.subquery("p"))
+            .group_by(*[col("p", f"k{d}") for d in range(r)])
+        )
+        # densify: every block key of the grid, zero blocks where no row fell
+        g = B.grid(shape, bs)
+        dense = exp.select(
+            *[
+                exp.alias_(exp.Cast(this=col(f"g{d}", "k"), to=exp.DataType.build("INTEGER")), ident(f"k{d}"))
+                for d in range(r)
+            ],
+            exp.alias_(
+                call(
+                    "coalesce",
+                    col("b", "tensor"),
+                    call(
+                        "tensor_zeros",
+                        lit(name),
+                        sqlgen.array([sqlgen.extent(pos, f"k{d}", col(f"g{d}", "k")) for d in range(r)]),
+                    ),
+                ),
+                ident("tensor"),
+            ),
+        )
+        if r == 0:
+            dense = dense.from_(exp.select(exp.alias_(lit(0), ident("one"))).subquery("g"))
+        for d in range(r):
+            rng = exp.Table(
+                this=call("range", lit(0), lit(g[d])),
+                alias=exp.TableAlias(this=ident(f"g{d}"), columns=[ident("k")]),
+            )
+            dense = dense.from_(rng) if d == 0 else dense.join(rng, join_type="cross")
+        on = (
+            exp.and_(*[exp.EQ(this=col("b", f"k{d}"), expression=col(f"g{d}", "k")) for d in range(r)])
+            if r
+            else exp.true()
+        )
+        dense = dense.join(packed.subquery("b"), on=on, join_type="left")
+        view = self._name()
+        create = exp.Create(
+            this=exp.Table(this=ident(view)),
+            kind="TABLE",
+            expression=dense,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+        )
+        self.execute(create, "from_sql")
+        node = self._source(view, shape, bs, name)
+        weakref.finalize(node, _drop_temp, weakref.ref(self), view)
+        return TensorRelation(self, node)
+
+    # -- einsum --------------------------------------------------------------------------------------
+    def as_relation(self, operand: object) -> TensorRelation:
+        if isinstance(operand, TensorRelation):
+            if operand.session is not self:
+                raise ShapeError("operand belongs to another session; save it and open it with table()")
+            return operand
+        return self.from_numpy(operand)
+
+    def einsum(
+        self,
+        *args: object,
+        optimize: object = "auto",
+        dtype: object | None = None,
+        join: str | None = None,
+        agg: str | None = None,
+    ) -> TensorRelation:
+        """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (DESIGN.md)."""
+        inputs, output, operands = split_args(args)
+        rels = [self.as_relation(op) for op in operands]
+        sub = parse(inputs, output, [r.shape for r in rels])
+        node = frontend.build(
+            sub,
+            [r.node for r in rels],
+            optimize=optimize,
+            join=join or "multiply",
+            agg=agg or "sum",
+            dtype=dtype,
+        )
+        return TensorRelation(self, node)
+
+    def map(self, rel: object, fn: str, param: float | None = None) -> TensorRelation:
+        """An element-wise function of every element (exp, log, sqrt, relu, neg, abs, pow, scale, ...)."""
+        r = self.as_relation(rel)
+        node = frontend.map_node(r.node, fn, param)
+        return TensorRelation(self, node)
+
+
+def _pos_schema(shape: tuple[int, ...], bs: tuple[int, ...], dtype: str) -> T.Schema:
+    return T.positional(shape, bs, dtype)
+
+
+def _unregister(session_ref: weakref.ref, view: str) -> None:
+    s = session_ref()
+    if s is None:
+        return
+    try:
+        with s._lock:
+            s.con.unregister(view)
+    except (duckdb.Error, AttributeError):
+        pass
+
+
+def _drop_temp(session_ref: weakref.ref, name: str) -> None:
+    s = session_ref()
+    if s is None:
+        return
+    try:
+        with s._lock:
+            s.con.execute(
+                sqlgen.sql_text(exp.Drop(this=exp.Table(this=ident(name)), kind="TABLE", exists=True))
+            )
+    except duckdb.Error:
+        pass
+
+
+__all__ = ["Plan", "Session", "DTYPES"]

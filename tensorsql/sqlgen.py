@@ -1,0 +1,260 @@
+"""TRA plan -> sqlglot AST (DuckDB dialect). SQL text is produced only by :func:`sql_text`.
+
+Each TRA node becomes a CTE, except that an Aggregate absorbs the row-wise node below it, so a
+contraction is one ``SELECT keys, tensor_sum(tensor_einsum(x.tensor, ..., y.tensor, ...)) ... GROUP BY``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlglot import exp
+
+from tensorsql import tra as T
+
+AGG_FUNCS = {"sum": "tensor_sum", "max": "tensor_max", "min": "tensor_min", "prod": "tensor_prod"}
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def ident(name: str) -> exp.Identifier:
+    return exp.to_identifier(name, quoted=True)
+
+
+def col(alias: str, name: str) -> exp.Column:
+    return exp.Column(this=ident(name), table=ident(alias))
+
+
+def lit(value: int | float | str) -> exp.Expression:
+    if isinstance(value, str):
+        return exp.Literal.string(value)
+    if isinstance(value, int) and value < 0:
+        return exp.Neg(this=exp.Literal.number(-value))
+    return exp.Literal.number(value)
+
+
+def call(name: str, *args: exp.Expression) -> exp.Expression:
+    return exp.Anonymous(this=name, expressions=list(args))
+
+
+def array(items: list[exp.Expression]) -> exp.Expression:
+    # an empty list literal has no element type in DuckDB; cast it so kernels see BIGINT[]
+    if not items:
+        return exp.Cast(this=exp.Array(expressions=[]), to=exp.DataType.build("BIGINT[]"))
+    return exp.Array(expressions=items)
+
+
+def table(name: str, alias: str) -> exp.Table:
+    return exp.Table(this=ident(name), alias=exp.TableAlias(this=ident(alias)))
+
+
+def extent(schema: T.Schema, label: str, key: exp.Expression) -> exp.Expression:
+    """This row's block length along ``label``: ``least(block, size - block * key)`` if ragged."""
+    b, n = schema.blocks[label], schema.sizes[label]
+    if n <= b or n % b == 0:
+        return lit(min(b, n))
+    return call("least", lit(b), exp.Sub(this=lit(n), expression=exp.Mul(this=lit(b), expression=key)))
+
+
+def block_shape(schema: T.Schema, alias: str) -> exp.Expression:
+    return array([extent(schema, lab, col(alias, lab)) for lab in schema.blob])
+
+
+def spec(*terms: tuple[str, ...]) -> str:
+    """A kernel spec 'ab,bc->ac' with one letter per label, in order of first appearance."""
+    letters: dict[str, str] = {}
+    for term in terms:
+        for lab in term:
+            if lab not in letters:
+                if len(letters) == len(_LETTERS):
+                    from tensorsql.errors import PlanError
+
+                    raise PlanError("one block kernel call would need more than 52 distinct labels")
+                letters[lab] = _LETTERS[len(letters)]
+    parts = ["".join(letters[lab] for lab in t) for t in terms]
+    return ",".join(parts[:-1]) + "->" + parts[-1]
+
+
+@dataclass
+class Row:
+    """A row-wise SELECT under construction: FROM/JOIN clause, key expressions, tensor expression."""
+
+    source: exp.Select
+    keys: dict[str, exp.Expression]
+    tensor: exp.Expression
+
+
+class _Builder:
+    def __init__(self) -> None:
+        self.ctes: list[tuple[str, exp.Select]] = []
+        self.names: dict[int, str] = {}
+
+    def ref(self, rel: T.Rel) -> str:
+        if isinstance(rel, T.Scan):
+            return rel.table
+        if id(rel) not in self.names:
+            query = self.select(rel)
+            self.names[id(rel)] = f"t{len(self.ctes)}"
+            self.ctes.append((self.names[id(rel)], query))
+        return self.names[id(rel)]
+
+    def select(self, rel: T.Rel) -> exp.Select:
+        if isinstance(rel, T.Aggregate):
+            return self.aggregate(rel)
+        if isinstance(rel, T.Repartition):
+            return self.repartition(rel)
+        return self.finish(self.row(rel))
+
+    @staticmethod
+    def finish(row: Row, group: bool = False) -> exp.Select:
+        cols = [exp.alias_(e, ident(k)) for k, e in row.keys.items()]
+        q = row.source.select(*cols, exp.alias_(row.tensor, ident("tensor")), copy=False)
+        if group and row.keys:
+            q = q.group_by(*row.keys.values(), copy=False)
+        return q
+
+    def row(self, rel: T.Rel) -> Row:
+        s = rel.schema
+        if isinstance(rel, T.Join):
+            x, y = rel.left.schema, rel.right.schema
+            q = exp.select().from_(table(self.ref(rel.left), "x"))
+            shared = [k for k in x.keys if k in y.keys]
+            right = table(self.ref(rel.right), "y")
+            if shared:
+                on = exp.and_(*[exp.EQ(this=col("x", k), expression=col("y", k)) for k in shared])
+                q = q.join(right, on=on, copy=False)
+            else:
+                q = q.join(right, join_type="cross", copy=False)
+            keys = {k: col("x" if k in x.keys else "y", k) for k in s.keys}
+            tensor = call(
+                "tensor_einsum",
+                lit(spec(x.blob, y.blob, s.blob)),
+                lit(rel.join),
+                lit(rel.agg),
+                lit(s.dtype),
+                col("x", "tensor"),
+                block_shape(x, "x"),
+                col("y", "tensor"),
+                block_shape(y, "y"),
+            )
+            return Row(q, keys, tensor)
+        c = rel.child.schema if hasattr(rel, "child") else s
+        q = exp.select().from_(table(self.ref(rel.child), "c"))  # type: ignore[attr-defined]
+        if isinstance(rel, T.Relabel):
+            keys: dict[str, exp.Expression] = {}
+            for pos, lab in zip(c.keys, rel.labels, strict=True):
+                if lab in keys:
+                    q = q.where(exp.EQ(this=keys[lab], expression=col("c", pos)), copy=False)
+                else:
+                    keys[lab] = col("c", pos)
+            return Row(q, keys, col("c", "tensor"))
+        keys = {k: col("c", k) for k in c.keys}
+        if isinstance(rel, T.Unary):
+            tensor = call(
+                "tensor_einsum1",
+                lit(spec(c.blob, s.blob)),
+                lit(rel.agg),
+                lit(s.dtype),
+                col("c", "tensor"),
+                block_shape(c, "c"),
+            )
+        elif isinstance(rel, T.MapBlocks):
+            args = [lit(rel.fn), lit(s.dtype), col("c", "tensor")]
+            if rel.param is not None:
+                args.append(exp.Cast(this=lit(float(rel.param)), to=exp.DataType.build("DOUBLE")))
+            tensor = call("tensor_map", *args)
+        elif isinstance(rel, T.CastBlocks):
+            tensor = call("tensor_cast", col("c", "tensor"), lit(c.dtype), lit(s.dtype))
+        elif isinstance(rel, T.Positional):
+            keys = {k: col("c", lab) for k, lab in zip(s.keys, c.blob, strict=True)}
+            tensor = col("c", "tensor")
+        else:
+            raise TypeError(f"unhandled TRA node {type(rel).__name__}")
+        return Row(q, keys, tensor)
+
+    def aggregate(self, rel: T.Aggregate) -> exp.Select:
+        child = rel.child
+        if isinstance(child, T.Join | T.Unary | T.MapBlocks | T.CastBlocks):
+            row = self.row(child)
+        else:
+            row = Row(
+                exp.select().from_(table(self.ref(child), "c")),
+                {k: col("c", k) for k in child.schema.keys},
+                col("c", "tensor"),
+            )
+        keys = {k: row.keys[k] for k in rel.schema.keys}
+        tensor = call(AGG_FUNCS[rel.agg], row.tensor, lit(rel.schema.dtype))
+        return self.finish(Row(row.source, keys, tensor), group=True)
+
+    def repartition(self, rel: T.Repartition) -> exp.Select:
+        src, dst = rel.child.schema, rel.schema
+        q = exp.select().from_(table(self.ref(rel.child), "c"))
+        keys: dict[str, exp.Expression] = {}
+        start, stop, piece, offset, out = [], [], [], [], []
+        for i, lab in enumerate(src.blob):
+            n, bs, bt = src.sizes[lab], src.blocks[lab], dst.blocks[lab]
+            ck = col("c", lab)
+            src_len = extent(src, lab, ck)
+            if bs == bt:
+                keys[lab] = ck
+                start.append(lit(0))
+                stop.append(src_len)
+                piece.append(src_len)
+                offset.append(lit(0))
+                out.append(src_len)
+                continue
+            alias = f"r{i}"
+            lo_glob = exp.Mul(this=ck, expression=lit(bs))
+            hi_glob = call(
+                "least",
+                exp.Mul(this=exp.Paren(this=exp.Add(this=ck, expression=lit(1))), expression=lit(bs)),
+                lit(n),
+            )
+            first = exp.IntDiv(this=lo_glob.copy(), expression=lit(bt))
+            last = exp.Add(
+                this=exp.IntDiv(
+                    this=exp.Paren(this=exp.Sub(this=hi_glob.copy(), expression=lit(1))), expression=lit(bt)
+                ),
+                expression=lit(1),
+            )
+            rng = exp.Table(
+                this=call("range", first, last),
+                alias=exp.TableAlias(this=ident(alias), columns=[ident(lab)]),
+            )
+            q = q.join(rng, join_type="cross", copy=False)
+            tk = col(alias, lab)
+            keys[lab] = exp.Cast(this=tk, to=exp.DataType.build("INTEGER"))
+            t_lo = exp.Mul(this=tk.copy(), expression=lit(bt))
+            t_hi = exp.Mul(
+                this=exp.Paren(this=exp.Add(this=tk.copy(), expression=lit(1))), expression=lit(bt)
+            )
+            lo = call("greatest", lo_glob.copy(), t_lo.copy())
+            hi = call("least", hi_glob.copy(), t_hi)
+            start.append(exp.Sub(this=lo.copy(), expression=lo_glob.copy()))
+            stop.append(exp.Sub(this=hi.copy(), expression=lo_glob.copy()))
+            piece.append(exp.Sub(this=hi.copy(), expression=lo.copy()))
+            offset.append(exp.Sub(this=lo.copy(), expression=t_lo.copy()))
+            out.append(extent(dst, lab, tk.copy()))
+        sliced = call(
+            "tensor_slice",
+            lit(src.dtype),
+            col("c", "tensor"),
+            block_shape(src, "c"),
+            array(start),
+            array(stop),
+        )
+        tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
+        return self.finish(Row(q, keys, tensor), group=True)
+
+
+def to_ast(root: T.Rel) -> exp.Select:
+    """The whole plan as one statement: a WITH clause of CTEs and a final SELECT."""
+    b = _Builder()
+    name = b.ref(root)
+    q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
+    for cte_name, cte in b.ctes:
+        q = q.with_(ident(cte_name), as_=cte, copy=False)
+    return q
+
+
+def sql_text(ast: exp.Expression, pretty: bool = False) -> str:
+    return ast.sql(dialect="duckdb", pretty=pretty, normalize_functions=False)

@@ -1,0 +1,186 @@
+"""numpy's einsum grammar, parsed into integer labels.
+
+Labels are ints. Letters follow numpy's sublist convention ('A'..'Z' -> 0..25, 'a'..'z' -> 26..51) so
+that sorting ints is numpy's implicit-output order; sublist ints may be any non-negative int (beyond
+numpy's 52); dimensions covered by '...' get negative labels -E..-1, right-aligned like broadcasting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tensorsql.errors import EinsumError
+
+
+@dataclass(frozen=True)
+class Subscripts:
+    """A parsed einsum: one label tuple per operand, the output labels, and each label's size."""
+
+    inputs: tuple[tuple[int, ...], ...]
+    output: tuple[int, ...]
+    sizes: dict[int, int]
+
+    def labels(self) -> list[int]:
+        seen: dict[int, None] = {}
+        for term in self.inputs:
+            seen.update(dict.fromkeys(term))
+        return list(seen)
+
+
+_ELLIPSIS = object()
+
+
+def letter_label(ch: str) -> int:
+    if "A" <= ch <= "Z":
+        return ord(ch) - ord("A")
+    if "a" <= ch <= "z":
+        return ord(ch) - ord("a") + 26
+    raise EinsumError(f"invalid subscript {ch!r}: subscripts must be letters a-z, A-Z or '...'")
+
+
+def label_name(label: int) -> str:
+    """A SQL-safe, case-insensitively unique column name for a label (DuckDB folds case)."""
+    if label < 0:
+        return f"e{-label}"
+    if label < 26:
+        return chr(ord("A") + label) + "_"
+    if label < 52:
+        return chr(ord("a") + label - 26)
+    return f"l{label}"
+
+
+def _parse_term(term: str, where: str) -> list[object]:
+    out: list[object] = []
+    i = 0
+    while i < len(term):
+        if term.startswith("...", i):
+            if _ELLIPSIS in out:
+                raise EinsumError(f"{where} contains more than one ellipsis '...': {term!r}")
+            out.append(_ELLIPSIS)
+            i += 3
+        elif term[i] == ".":
+            raise EinsumError(f"{where} has a '.' that is not part of an ellipsis '...': {term!r}")
+        else:
+            out.append(letter_label(term[i]))
+            i += 1
+    return out
+
+
+def _parse_sublist(sub: object, where: str) -> list[object]:
+    if isinstance(sub, str | bytes) or not isinstance(sub, Sequence):
+        raise EinsumError(f"{where} must be a list of int labels or Ellipsis, got {sub!r}")
+    out: list[object] = []
+    for item in sub:
+        if item is Ellipsis:
+            if _ELLIPSIS in out:
+                raise EinsumError(f"{where} contains more than one Ellipsis")
+            out.append(_ELLIPSIS)
+        elif isinstance(item, bool) or not hasattr(item, "__index__"):
+            raise EinsumError(f"{where}: label {item!r} is not an int")
+        elif int(item) < 0:
+            raise EinsumError(f"{where}: label {int(item)} is negative")
+        else:
+            out.append(int(item))
+    return out
+
+
+def split_args(args: Sequence[object]) -> tuple[list[list[object]], list[object] | None, list[object]]:
+    """Split ``einsum``'s positional arguments into (input terms, output term or None, operands)."""
+    if not args:
+        raise EinsumError("einsum needs subscripts and at least one operand")
+    if isinstance(args[0], str):
+        spec = args[0].replace(" ", "")
+        operands = list(args[1:])
+        if spec.count("->") > 1:
+            raise EinsumError(f"subscripts {args[0]!r} contain more than one '->'")
+        lhs, arrow, rhs = spec.partition("->")
+        if ("-" in lhs or ">" in lhs) or ("-" in rhs or ">" in rhs):
+            raise EinsumError(f"subscripts {args[0]!r} have a stray '-' or '>'")
+        terms = lhs.split(",")
+        if len(terms) != len(operands):
+            raise EinsumError(
+                f"subscripts {args[0]!r} name {len(terms)} operand(s) but {len(operands)} were given"
+            )
+        inputs = [_parse_term(t, f"operand {i}") for i, t in enumerate(terms)]
+        output = _parse_term(rhs, "output") if arrow else None
+        return inputs, output, operands
+    # interleaved form: op0, sub0, op1, sub1, ..., [output]
+    rest = list(args)
+    out_term = None
+    if len(rest) % 2 == 1:
+        out_term = _parse_sublist(rest.pop(), "output sublist")
+    operands = rest[0::2]
+    inputs = [_parse_sublist(s, f"sublist of operand {i}") for i, s in enumerate(rest[1::2])]
+    return inputs, out_term, operands
+
+
+def parse(
+    inputs: list[list[object]], output: list[object] | None, shapes: Sequence[tuple[int, ...]]
+) -> Subscripts:
+    """Resolve ellipses, implicit output and label sizes against the operands' shapes (numpy rules)."""
+    ell_rank = 0
+    for i, (term, shape) in enumerate(zip(inputs, shapes, strict=True)):
+        n_explicit = sum(1 for t in term if t is not _ELLIPSIS)
+        if _ELLIPSIS in term:
+            if n_explicit > len(shape):
+                raise EinsumError(
+                    f"operand {i} has {len(shape)} dimension(s) but its subscripts name {n_explicit}"
+                )
+            ell_rank = max(ell_rank, len(shape) - n_explicit)
+        elif n_explicit != len(shape):
+            raise EinsumError(
+                f"operand {i} has {len(shape)} dimension(s) but its subscripts name {n_explicit}"
+            )
+    ell_labels = list(range(-ell_rank, 0))
+
+    def expand(term: list[object], ndim: int) -> tuple[int, ...]:
+        out: list[int] = []
+        n_explicit = sum(1 for t in term if t is not _ELLIPSIS)
+        for t in term:
+            if t is _ELLIPSIS:
+                k = ndim - n_explicit
+                out.extend(ell_labels[len(ell_labels) - k :] if k else [])
+            else:
+                out.append(t)  # type: ignore[arg-type]
+        return tuple(out)
+
+    in_labels = tuple(expand(t, len(s)) for t, s in zip(inputs, shapes, strict=True))
+
+    sizes: dict[int, int] = {}
+    for i, (labels, shape) in enumerate(zip(in_labels, shapes, strict=True)):
+        local: dict[int, int] = {}
+        for label, n in zip(labels, shape, strict=True):
+            if label in local and local[label] != n:
+                raise EinsumError(
+                    f"operand {i} repeats label {label_name(label)!r} on dimensions of different sizes "
+                    f"({local[label]} != {n})"
+                )
+            local[label] = n
+            prev = sizes.get(label)
+            if prev is None or prev == 1:
+                sizes[label] = n
+            elif n not in (1, prev):
+                raise EinsumError(
+                    f"label {label_name(label)!r} has size {n} in operand {i} but size {prev} elsewhere "
+                    "(sizes must match or be 1 to broadcast)"
+                )
+
+    counts: dict[int, int] = {}
+    for labels in in_labels:
+        for label in labels:
+            counts[label] = counts.get(label, 0) + 1
+    if output is None:
+        out = tuple(ell_labels) + tuple(sorted(x for x, c in counts.items() if c == 1 and x >= 0))
+    else:
+        if _ELLIPSIS not in output and ell_rank:
+            raise EinsumError(
+                "the operands have dimensions under '...' but the output has no '...' to keep them"
+            )
+        out = expand(output, len(ell_labels) + sum(1 for t in output if t is not _ELLIPSIS))
+        if len(set(out)) != len(out):
+            raise EinsumError(f"output subscripts repeat a label: {[label_name(x) for x in out]}")
+        for label in out:
+            if label not in counts:
+                raise EinsumError(f"output label {label_name(label)!r} does not appear in any operand")
+    return Subscripts(inputs=in_labels, output=out, sizes=sizes)

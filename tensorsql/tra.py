@@ -1,0 +1,143 @@
+"""The tensor-relational algebra: immutable relational operators over (keys, blob) relations.
+
+A TRA relation has one INTEGER key column per key label and a ``tensor`` BLOB whose dimensions are
+``blob`` labels (a label may repeat in ``blob`` for a diagonal block). Every blob label is also a key,
+so each row's block shape follows from its keys: ``min(block, size - block * key)`` per label.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Schema:
+    keys: tuple[str, ...]
+    blob: tuple[str, ...]
+    sizes: dict[str, int] = field(hash=False)
+    blocks: dict[str, int] = field(hash=False)
+    dtype: str
+
+    def nblocks(self, label: str) -> int:
+        return -(-self.sizes[label] // self.blocks[label])
+
+
+def positional(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> Schema:
+    """The schema of a stored tensor relation: keys k0..k{r-1} in dimension order."""
+    keys = tuple(f"k{i}" for i in range(len(shape)))
+    return Schema(
+        keys=keys,
+        blob=keys,
+        sizes=dict(zip(keys, shape, strict=True)),
+        blocks=dict(zip(keys, block_shape, strict=True)),
+        dtype=dtype,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class Rel:
+    schema: Schema
+
+
+@dataclass(frozen=True, eq=False)
+class Scan(Rel):
+    table: str
+
+
+@dataclass(frozen=True, eq=False)
+class Relabel(Rel):
+    """Positional keys -> labels; a repeated label keeps only blocks whose keys agree (diagonal)."""
+
+    child: Rel
+    labels: tuple[str, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Repartition(Rel):
+    """Same tensor, new block sizes (``schema.blocks``): slice overlapping blocks and reassemble."""
+
+    child: Rel
+
+
+@dataclass(frozen=True, eq=False)
+class Join(Rel):
+    """Equi-join on shared key labels; each matched pair becomes ``join``/``agg`` of the two blocks."""
+
+    left: Rel
+    right: Rel
+    join: str
+    agg: str
+
+
+@dataclass(frozen=True, eq=False)
+class Aggregate(Rel):
+    """Group by ``schema.keys`` and combine the blocks of each group element-wise with ``agg``."""
+
+    child: Rel
+    agg: str
+
+
+@dataclass(frozen=True, eq=False)
+class Unary(Rel):
+    """A per-block unary einsum (transpose, diagonal, in-block reduction) from child.blob to schema.blob."""
+
+    child: Rel
+    agg: str
+
+
+@dataclass(frozen=True, eq=False)
+class MapBlocks(Rel):
+    child: Rel
+    fn: str
+    param: float | None
+
+
+@dataclass(frozen=True, eq=False)
+class CastBlocks(Rel):
+    child: Rel
+
+
+@dataclass(frozen=True, eq=False)
+class Positional(Rel):
+    """Rename the keys back to k0..k{r-1} in blob order: the boundary between expression nodes."""
+
+    child: Rel
+
+
+def inputs(rel: Rel) -> tuple[Rel, ...]:
+    if isinstance(rel, Scan):
+        return ()
+    if isinstance(rel, Join):
+        return (rel.left, rel.right)
+    if isinstance(rel, Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional):
+        return (rel.child,)
+    raise TypeError(f"unhandled TRA node {type(rel).__name__}")
+
+
+def render(rel: Rel) -> str:
+    """An indented tree of the plan, for explain()."""
+    lines: list[str] = []
+
+    def detail(r: Rel) -> str:
+        s = r.schema
+        blocks = ",".join(f"{k}:{s.blocks[k]}" for k in s.keys)
+        base = f"keys=({', '.join(s.keys)}) blob=[{','.join(s.blob)}] blocks=({blocks}) {s.dtype}"
+        if isinstance(r, Scan):
+            return f"Scan {r.table} {base}"
+        if isinstance(r, Relabel):
+            return f"Relabel -> ({', '.join(r.labels)}) {base}"
+        if isinstance(r, Join):
+            return f"Join join={r.join} agg={r.agg} {base}"
+        if isinstance(r, Aggregate | Unary):
+            return f"{type(r).__name__} agg={r.agg} {base}"
+        if isinstance(r, MapBlocks):
+            return f"Map {r.fn}{'' if r.param is None else f'({r.param})'} {base}"
+        return f"{type(r).__name__} {base}"
+
+    def walk(r: Rel, depth: int) -> None:
+        lines.append("  " * depth + detail(r))
+        for c in inputs(r):
+            walk(c, depth + 1)
+
+    walk(rel, 0)
+    return "\n".join(lines)

@@ -1,0 +1,261 @@
+"""Sessions, tensor relations, persistence, from_sql, extended EinSum, maps, softmax, explain."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import tensorsql as ts
+
+RNG = np.random.default_rng(0)
+DTYPES = ["float32", "float64", "int32", "int64", "complex64", "complex128"]
+
+
+def rand(shape, dtype="float64"):
+    dt = np.dtype(dtype)
+    if dt.kind == "i":
+        return RNG.integers(-4, 5, size=shape).astype(dt)
+    if dt.kind == "c":
+        return (RNG.standard_normal(shape) + 1j * RNG.standard_normal(shape)).astype(dt)
+    return RNG.standard_normal(shape).astype(dt)
+
+
+@pytest.fixture(scope="module")
+def s():
+    with ts.connect() as session:
+        yield session
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("shape", "block_shape"),
+    [((), ()), ((7,), (3,)), ((5, 6), (2, 4)), ((5, 6), (5, 6)), ((3, 4, 5), (2, 3, 2)), ((0, 4), (1, 2))],
+)
+def test_roundtrip(s, dtype, shape, block_shape):
+    a = rand(shape, dtype)
+    rel = s.from_numpy(a, block_shape=block_shape)
+    assert rel.shape == shape and rel.dtype == np.dtype(dtype) and rel.block_shape == block_shape
+    out = rel.numpy()
+    assert out.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(out, a)
+
+
+def test_blocks_parts_and_arrow(s):
+    a = rand((10, 7))
+    rel = s.from_numpy(a, blocks=(3, 2))
+    assert rel.block_shape == (4, 4)
+    t = rel.to_arrow()
+    assert t.num_rows == 6 and t.column_names == ["k0", "k1", "tensor"]
+    assert t.schema.metadata[b"tensorsql.dtype"] == b"float64"
+    np.testing.assert_array_equal(s.from_arrow(t).numpy(), a)
+
+
+def test_reblock_in_sql(s):
+    a = rand((9, 10))
+    rel = s.from_numpy(a, block_shape=(4, 3)).reblock((2, 5))
+    assert rel.block_shape == (2, 5)
+    assert "tensor_slice" in rel.sql() and "tensor_assemble" in rel.sql()
+    np.testing.assert_array_equal(rel.numpy(), a)
+
+
+def test_save_and_reopen_in_new_process(tmp_path):
+    db = tmp_path / "t.duckdb"
+    a = rand((6, 5), "float32")
+    b = rand((5, 3), "complex128")
+    with ts.connect(str(db)) as s1:
+        s1.from_numpy(a, block_shape=(4, 2)).save("A")
+        s1.einsum("ij,jk->ik", s1.table("A"), s1.from_numpy(b)).save("AB")
+        assert s1.tables() == ["A", "AB"]
+    np.save(tmp_path / "a.npy", a)
+    np.save(tmp_path / "ab.npy", a @ b)
+    code = textwrap.dedent(f"""
+        import numpy as np, tensorsql as ts
+        s = ts.connect({str(db)!r})
+        A = s.table("A")
+        assert A.shape == (6, 5) and A.dtype == np.float32 and A.block_shape == (4, 2), A
+        np.testing.assert_array_equal(A.numpy(), np.load({str(tmp_path / "a.npy")!r}))
+        np.testing.assert_allclose(s.table("AB").numpy(), np.load({str(tmp_path / "ab.npy")!r}), rtol=1e-5)
+        print("reopened")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "reopened" in out.stdout
+
+
+def test_save_refuses_overwrite_unless_replace(s):
+    s.from_numpy(rand((2,))).save("dup")
+    with pytest.raises(ts.TensorSQLError, match="dup"):
+        s.from_numpy(rand((2,))).save("dup")
+    b = rand((3,))
+    np.testing.assert_array_equal(s.from_numpy(b).save("dup", replace=True).numpy(), b)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "complex128"])
+def test_from_sql(s, dtype):
+    s.con.execute("CREATE OR REPLACE TABLE coo (r INTEGER, c INTEGER, v DOUBLE)")
+    s.con.execute("INSERT INTO coo VALUES (0, 0, 1.5), (4, 6, -2), (2, 3, 7), (2, 3, 1), (1, 5, 3)")
+    rel = s.from_sql("SELECT r, c, v FROM coo", shape=(5, 7), block_shape=(2, 3), dtype=dtype)
+    want = np.zeros((5, 7), dtype=dtype)
+    want[0, 0], want[4, 6], want[2, 3], want[1, 5] = 1.5, -2, 8, 3  # (2, 3) appears twice: summed
+    if dtype == "int64":
+        want[0, 0] = 2  # SQL's CAST(1.5 AS BIGINT) rounds half away from zero
+    np.testing.assert_array_equal(rel.numpy(), want)
+
+
+def test_from_sql_errors(s):
+    s.con.execute("CREATE OR REPLACE TABLE coo2 (r INTEGER, c INTEGER, v DOUBLE)")
+    s.con.execute("INSERT INTO coo2 VALUES (0, 9, 1.0)")
+    with pytest.raises(ts.ShapeError, match=r"outside shape \(3, 3\)"):
+        s.from_sql("SELECT * FROM coo2", shape=(3, 3))
+    with pytest.raises(ts.ShapeError, match="returns 3 column"):
+        s.from_sql("SELECT * FROM coo2", shape=(3,))
+    with pytest.raises(ts.SQLExecutionError, match="no_such_table"):
+        s.from_sql("SELECT * FROM no_such_table", shape=(3,))
+
+
+def test_lazy_chain_and_explain(s):
+    a, b, c = rand((6, 5)), rand((5, 4)), rand((4, 3))
+    rel = s.einsum(
+        "ij,jk,kl->il", s.from_numpy(a, block_shape=(4, 2)), s.from_numpy(b, block_shape=(2, 2)), c
+    )
+    text = rel.explain()
+    assert "== EinGraph ==" in text and "== TRA plan ==" in text and "== SQL ==" in text
+    assert "tensor_sum(" in rel.sql() and "tensor_einsum(" in rel.sql()
+    np.testing.assert_allclose(rel.numpy(), a @ b @ c)
+    m = rel.materialize()
+    np.testing.assert_allclose(m.numpy(), a @ b @ c)
+
+
+JOINS = {
+    "multiply": lambda x, y: x * y,
+    "add": lambda x, y: x + y,
+    "subtract": lambda x, y: x - y,
+    "divide": lambda x, y: x / y,
+    "sqdiff": lambda x, y: (x - y) ** 2,
+    "absdiff": lambda x, y: np.abs(x - y),
+    "max": np.maximum,
+    "min": np.minimum,
+}
+AGGS = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+
+
+@pytest.mark.parametrize("join", list(JOINS))
+@pytest.mark.parametrize("agg", list(AGGS))
+def test_extended_einsum(s, join, agg):
+    x = rand((5, 4)) + (3 if join == "divide" else 0)
+    y = rand((4, 3)) + (3 if join == "divide" else 0)
+    want = AGGS[agg](JOINS[join](x[:, :, None], y[None, :, :]), axis=1)
+    rel = s.einsum(
+        "ij,jk->ik",
+        s.from_numpy(x, block_shape=(2, 3)),
+        s.from_numpy(y, block_shape=(3, 2)),
+        join=join,
+        agg=agg,
+    )
+    np.testing.assert_allclose(rel.numpy(), want, rtol=1e-10)
+    np.testing.assert_allclose(ts.einsum("ij,jk->ik", x, y, join=join, agg=agg), want, rtol=1e-10)
+
+
+def test_l_inf_distance_and_unary_agg(s):
+    x, y = rand((4, 6)), rand((6, 5))
+    got = ts.einsum("ij,jk->ik", x, y, join="absdiff", agg="max")
+    np.testing.assert_allclose(got, np.abs(x[:, :, None] - y[None]).max(axis=1))
+    np.testing.assert_allclose(ts.einsum("ij->i", x, agg="min"), x.min(axis=1))
+    np.testing.assert_allclose(ts.einsum("ij->j", x, agg="prod"), x.prod(axis=0))
+
+
+def test_integer_divide_promotes(s):
+    x = np.arange(1, 7).reshape(2, 3)
+    got = ts.einsum("ij,ij->ij", x, x + 1, join="divide")
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, x / (x + 1))
+
+
+@pytest.mark.parametrize(
+    ("fn", "param", "ref"),
+    [
+        ("exp", None, np.exp),
+        ("log", None, np.log),
+        ("sqrt", None, np.sqrt),
+        ("relu", None, lambda a: np.maximum(a, 0)),
+        ("neg", None, np.negative),
+        ("abs", None, np.abs),
+        ("pow", 3.0, lambda a: a**3),
+        ("scale", 0.5, lambda a: a * 0.5),
+        ("square", None, np.square),
+        ("reciprocal", None, np.reciprocal),
+    ],
+)
+def test_maps(s, fn, param, ref):
+    a = np.abs(rand((5, 3))) + 0.5
+    if fn in ("relu", "neg", "abs", "pow", "scale", "square"):
+        a = a - 1.0
+    got = ts.map(a, fn, param)
+    np.testing.assert_allclose(got, ref(a), rtol=1e-12)
+    rel = s.map(s.from_numpy(a, block_shape=(2, 2)), fn, param)
+    np.testing.assert_allclose(rel.numpy(), ref(a), rtol=1e-12)
+
+
+def test_map_dtypes(s):
+    i = np.arange(-3, 3).reshape(2, 3)
+    assert ts.exp(i).dtype == np.float64
+    np.testing.assert_allclose(ts.exp(i), np.exp(i))
+    np.testing.assert_array_equal(ts.relu(i), np.maximum(i, 0))
+    assert ts.relu(i).dtype == i.dtype
+    z = rand((3, 2), "complex128")
+    got = ts.abs(z)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, np.abs(z))
+    np.testing.assert_allclose(ts.exp(z), np.exp(z))
+
+
+@pytest.mark.parametrize("over", [-1, 0, (0, 1)])
+def test_softmax(s, over):
+    x = rand((7, 9)) * 5
+    axes = over if isinstance(over, tuple) else (over,)
+    e = np.exp(x - x.max(axis=axes, keepdims=True))
+    want = e / e.sum(axis=axes, keepdims=True)
+    np.testing.assert_allclose(ts.softmax(x, over=over), want, rtol=1e-12)
+    rel = ts.softmax(s.from_numpy(x, block_shape=(3, 4)), over=over)
+    assert isinstance(rel, ts.TensorRelation)
+    np.testing.assert_allclose(rel.numpy(), want, rtol=1e-12)
+
+
+def test_attention_block(s):
+    """Multi-head attention as EinSum steps (DESIGN.md), against numpy."""
+    seq, dm, h, d = 6, 8, 2, 4
+    Q, K, V = rand((seq, dm)), rand((seq, dm)), rand((seq, dm))
+    WQ, WK, WV, WO = rand((dm, h, d)), rand((dm, h, d)), rand((dm, h, d)), rand((dm, h, d))
+    qh = s.einsum("sa,ahd->shd", Q, WQ)
+    kh = s.einsum("sa,ahd->shd", K, WK)
+    vh = s.einsum("sa,ahd->shd", V, WV)
+    t = s.map(s.einsum("shd,thd->hst", qh, kh), "scale", 1 / np.sqrt(d))
+    p = ts.softmax(t, over=2)
+    o = s.einsum("hst,thd->shd", p, vh)
+    y = s.einsum("shd,ahd->sa", o, WO)
+    qn, kn, vn = (np.einsum("sa,ahd->shd", A, W) for A, W in ((Q, WQ), (K, WK), (V, WV)))
+    tn = np.einsum("shd,thd->hst", qn, kn) / np.sqrt(d)
+    pn = np.exp(tn - tn.max(axis=2, keepdims=True))
+    pn /= pn.sum(axis=2, keepdims=True)
+    want = np.einsum("shd,ahd->sa", np.einsum("hst,thd->shd", pn, vn), WO)
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-10)
+
+
+def test_threads_and_arrow_types(s):
+    with ts.connect(threads=1) as one:
+        assert one.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+        np.testing.assert_allclose(ts.einsum("ij,jk", rand((3, 2)), rand((2, 3))).shape, (3, 3))
+    assert isinstance(s.from_numpy(rand((2, 2))).to_arrow(), pa.Table)
+
+
+def test_einsum_path_like_numpy():
+    a, b, c = rand((3, 4)), rand((4, 5)), rand((5, 2))
+    path, desc = ts.einsum_path("ij,jk,kl->il", a, b, c, optimize="optimal")
+    assert path[0] == "einsum_path" and len(path) == 3
+    assert "Complete contraction" in desc
+    np.testing.assert_allclose(ts.einsum("ij,jk,kl->il", a, b, c, optimize=path), a @ b @ c)

@@ -1,0 +1,58 @@
+"""Golden snapshots of lowering: the SQL of a few fixed plans. Regenerate with TENSORSQL_UPDATE_GOLDEN=1."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from tensorsql import expr as E
+from tensorsql import frontend, lower, sqlgen
+from tensorsql.subscripts import parse, split_args
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+
+
+def src(name, shape, block_shape, dtype="float64"):
+    return E.Source(shape=shape, dtype=dtype, table=name, block_shape=block_shape)
+
+
+def plan_sql(spec, *sources, **kw):
+    inputs, output, _ = split_args([spec, *sources])
+    node = frontend.build(parse(inputs, output, [x.shape for x in sources]), list(sources), **kw)
+    rel = lower.lower(node, lower.default_partitioning(node))
+    return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
+
+
+CASES = {
+    "matmul": lambda: plan_sql("ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5))),
+    "matmul_ragged_repartition": lambda: plan_sql(
+        "ij,jk->ik", src("A", (5, 4), (2, 4)), src("B", (4, 6), (3, 3))
+    ),
+    "trace": lambda: plan_sql("ii->", src("M", (6, 6), (3, 3))),
+    "l2_distance": lambda: plan_sql(
+        "ij,jk->ik", src("X", (4, 6), (2, 3)), src("Y", (6, 4), (3, 2)), join="sqdiff"
+    ),
+    "chain3": lambda: plan_sql(
+        "ij,jk,kl->il",
+        src("A", (4, 40), (4, 40)),
+        src("B", (40, 3), (40, 3)),
+        src("C", (3, 50), (3, 50)),
+        optimize="optimal",
+    ),
+    "transpose_scalar_cast": lambda: plan_sql(
+        "ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32")
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_sql(name):
+    got = CASES[name]()
+    path = GOLDEN / f"{name}.sql"
+    if os.environ.get("TENSORSQL_UPDATE_GOLDEN") or not path.exists():
+        path.write_text(got)
+    assert got == path.read_text(), (
+        f"SQL for {name} changed; rerun with TENSORSQL_UPDATE_GOLDEN=1 if intended"
+    )

@@ -1,0 +1,122 @@
+"""Compiled block kernels for tensorsql: a DuckDB loadable extension (``tensorsql_kernels``).
+
+The extension is written in C++17 against DuckDB's stable C extension API and operates on tensor blocks
+stored as BLOBs (a block's elements in C order, little-endian, no header). Shapes are ``BIGINT[]`` lists
+(``INTEGER[]`` casts implicitly). See :data:`SQL_FUNCTIONS` for the SQL surface.
+
+The extension is unsigned, so the DuckDB connection that loads it must be created with
+``duckdb.connect(config={"allow_unsigned_extensions": "true"})``::
+
+    import duckdb, udf_kernels
+    con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    udf_kernels.load(con)
+    con.sql("SELECT tensorsql_kernels_version()")
+
+This package does not import tensorsql (the dependency runs tensorsql -> udf_kernels); it raises
+:class:`KernelBuildError` / :class:`KernelLoadError`, which tensorsql wraps.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from udf_kernels._errors import KernelBuildError, KernelLoadError
+
+__all__ = ["SQL_FUNCTIONS", "KernelBuildError", "KernelLoadError", "extension_path", "load"]
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+EXTENSION_FILE = "tensorsql_kernels.duckdb_extension"
+
+#: Every SQL function the extension registers: name -> signature and one-line description.
+SQL_FUNCTIONS: dict[str, str] = {
+    "tensor_einsum": (
+        "tensor_einsum(spec VARCHAR, join VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[], "
+        "y BLOB, y_shape BIGINT[]) -> BLOB: Z[lZ] = agg over labels not in lZ of join(X[lX], Y[lY]); "
+        "join in multiply|add|subtract|divide|sqdiff|absdiff|max|min, agg in sum|max|min|prod"
+    ),
+    "tensor_einsum1": (
+        "tensor_einsum1(spec VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BLOB: "
+        "unary einsum (transpose, diagonal, reduction), e.g. 'ij->ji', 'ii->i', 'ij->'"
+    ),
+    "tensor_map": (
+        "tensor_map(fn VARCHAR, dtype VARCHAR, x BLOB [, param DOUBLE]) -> BLOB: elementwise "
+        "exp|log|sqrt|relu|neg|abs|pow|scale|square|reciprocal (pow and scale take param)"
+    ),
+    "tensor_cast": "tensor_cast(x BLOB, from_dtype VARCHAR, to_dtype VARCHAR) -> BLOB: numpy astype",
+    "tensor_zeros": "tensor_zeros(dtype VARCHAR, shape BIGINT[]) -> BLOB: an all-zero block",
+    "tensor_slice": (
+        "tensor_slice(dtype VARCHAR, x BLOB, x_shape BIGINT[], start BIGINT[], stop BIGINT[]) -> BLOB: "
+        "x[start0:stop0, ...] in C order"
+    ),
+    "tensor_numel": "tensor_numel(x BLOB, dtype VARCHAR) -> BIGINT: number of elements of the block",
+    "tensor_itemsize": "tensor_itemsize(dtype VARCHAR) -> INTEGER: bytes per element",
+    "tensor_check": (
+        "tensor_check(x BLOB, dtype VARCHAR, shape BIGINT[]) -> BOOLEAN: whether the blob has exactly the "
+        "bytes the shape needs"
+    ),
+    "tensor_to_list": "tensor_to_list(x BLOB, dtype VARCHAR) -> DOUBLE[]: the elements (real dtypes)",
+    "tensor_from_list": "tensor_from_list(values DOUBLE[], dtype VARCHAR) -> BLOB: a block (real dtypes)",
+    "tensor_get": (
+        "tensor_get(x BLOB, dtype VARCHAR, shape BIGINT[], index BIGINT[]) -> DOUBLE: one element "
+        "(real dtypes)"
+    ),
+    "tensorsql_kernels_version": "tensorsql_kernels_version() -> VARCHAR: the extension's version",
+    "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",
+    "tensor_max": "tensor_max(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise max (real dtypes)",
+    "tensor_min": "tensor_min(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise min (real dtypes)",
+    "tensor_prod": "tensor_prod(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise product",
+    "tensor_assemble": (
+        "tensor_assemble(dtype VARCHAR, x BLOB, x_shape BIGINT[], offset BIGINT[], out_shape BIGINT[]) "
+        "-> BLOB: aggregate, writes each piece at offset in a zero block of out_shape"
+    ),
+    "tensor_pack": (
+        "tensor_pack(dtype VARCHAR, idx BIGINT, value DOUBLE|BIGINT, numel BIGINT) -> BLOB: aggregate, "
+        "block of numel elements from (flat index, value) rows; duplicates are summed"
+    ),
+}
+
+
+def extension_path() -> Path:
+    """Path of ``tensorsql_kernels.duckdb_extension``, building it if needed.
+
+    In a source checkout, builds into ``udf_kernels/_build/`` when the sources are newer than the last
+    build; in an installed package, uses the file ``pip install`` built and shipped beside this module. Raises :class:`KernelBuildError` when none can be had.
+    """
+    from udf_kernels import build as _build
+
+    # a source checkout builds from its sources (rebuilt only when they changed); an installed wheel
+    # carries the file that `pip install` built
+    if _build.SRC_DIR.is_dir() and any(_build.SRC_DIR.glob("*.cpp")):
+        return _build.build()
+    shipped = _PACKAGE_DIR / EXTENSION_FILE
+    if shipped.is_file():
+        return shipped
+    if _build.BUILT_PATH.is_file():
+        return _build.BUILT_PATH
+    raise KernelBuildError(
+        f"no prebuilt {EXTENSION_FILE} in {_PACKAGE_DIR} and no sources in {_build.SRC_DIR} to build it from"
+    )
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def load(con: Any) -> Path:
+    """Load the extension into the DuckDB connection ``con`` and return the extension's path.
+
+    ``con`` must have been created with ``config={"allow_unsigned_extensions": "true"}``. Loading twice into
+    the same connection is harmless.
+    """
+    import duckdb
+
+    path = extension_path()
+    try:
+        con.execute(f"LOAD {_sql_string(str(path))}")
+    except duckdb.Error as exc:
+        raise KernelLoadError(
+            f"could not load {path}: {exc} (the DuckDB connection must be created with "
+            "config={'allow_unsigned_extensions': 'true'})"
+        ) from exc
+    return path

@@ -1,0 +1,414 @@
+// Native aggregate functions: tensor_sum/max/min/prod (elementwise reduction of equal-sized blocks),
+// tensor_assemble (place pieces inside an output block) and tensor_pack (build a block from scalar rows).
+//
+// DuckDB gives each group a state of state_size() bytes; ours holds one pointer to a heap object, created on
+// the first non-NULL row (so an empty group finalizes to NULL) and freed by the destroy callback. combine()
+// merges thread-local states into a target and never modifies or steals the source (window aggregation may
+// reuse it).
+#include "dtype.hpp"
+#include "functions.hpp"
+#include "ops.hpp"
+
+#include <memory>
+
+namespace tsk {
+namespace {
+
+template <class S>
+S *&slot(duckdb_aggregate_state s) {
+	return *reinterpret_cast<S **>(s);
+}
+
+idx_t state_size(duckdb_function_info) {
+	return sizeof(void *);
+}
+
+template <class S>
+void state_init(duckdb_function_info, duckdb_aggregate_state s) {
+	slot<S>(s) = nullptr;
+}
+
+template <class S>
+void state_destroy(duckdb_aggregate_state *states, idx_t count) {
+	for (idx_t i = 0; i < count; i++) {
+		delete slot<S>(states[i]);
+		slot<S>(states[i]) = nullptr;
+	}
+}
+
+template <class S>
+void state_finalize(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_vector result, idx_t count,
+                    idx_t offset) {
+	guard_aggregate(info, S::kName, [&] {
+		for (idx_t i = 0; i < count; i++) {
+			const S *st = slot<S>(source[i]);
+			if (st == nullptr) {
+				set_null(result, offset + i);
+			} else {
+				set_blob(result, offset + i, st->buf.data(), st->buf.size());
+			}
+		}
+	});
+}
+
+// acc[i] = A::f(acc[i], src[i]) for n elements of dtype dt.
+template <class A>
+void reduce_into(DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
+	dispatch(dt, [&](auto tag) {
+		using T = typename decltype(tag)::type;
+		if constexpr (is_complex_v<T> && (std::is_same_v<A, AMax> || std::is_same_v<A, AMin>)) {
+			fail(std::string(fn) + ": not defined for complex (dtype " + name_of<T>() + ")");
+		} else {
+			for (uint64_t i = 0; i < n; i++) {
+				unsigned char *p = acc + i * sizeof(T);
+				store<T>(p, A::f(load<T>(p), load<T>(src + i * sizeof(T))));
+			}
+		}
+	});
+}
+
+void check_same_dtype(const char *fn, DType state, DType row) {
+	if (state != row) {
+		fail(std::string(fn) + ": dtype changes within a group (" + dtype_name(state) + " then " + dtype_name(row) +
+		     ")");
+	}
+}
+
+// ---- tensor_sum / tensor_max / tensor_min / tensor_prod ----
+
+template <class A>
+struct ReduceState {
+	static const char *const kName;
+	DType dtype;
+	AlignedBuf buf;
+};
+template <>
+const char *const ReduceState<ASum>::kName = "tensor_sum";
+template <>
+const char *const ReduceState<AMax>::kName = "tensor_max";
+template <>
+const char *const ReduceState<AMin>::kName = "tensor_min";
+template <>
+const char *const ReduceState<AProd>::kName = "tensor_prod";
+
+template <class A>
+void check_reducible(const char *fn, DType dt) {
+	if ((std::is_same_v<A, AMax> || std::is_same_v<A, AMin>) && is_complex_dtype(dt)) {
+		fail(std::string(fn) + ": not defined for complex (dtype " + dtype_name(dt) + ")");
+	}
+}
+
+template <class A>
+void reduce_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
+	using S = ReduceState<A>;
+	const char *FN = S::kName;
+	guard_aggregate(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col x_c(input, 0), dtype_c(input, 1);
+		DTypeArg dtypes;
+		for (idx_t row = 0; row < count; row++) {
+			if (!x_c.valid(row) || !dtype_c.valid(row)) {
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			const Bytes xb = x_c.str(row);
+			const uint64_t n = check_whole(FN, "operand x", xb, dt);
+			S *&st = slot<S>(states[row]);
+			if (st == nullptr) {
+				check_reducible<A>(FN, dt);
+				auto fresh = std::make_unique<S>();
+				fresh->dtype = dt;
+				unsigned char *p = fresh->buf.resize(xb.size);
+				if (xb.size) {
+					std::memcpy(p, xb.data, xb.size);
+				}
+				st = fresh.release();
+				continue;
+			}
+			check_same_dtype(FN, st->dtype, dt);
+			if (st->buf.size() != xb.size) {
+				fail(std::string(FN) + ": blocks in a group differ in size (" + std::to_string(st->buf.size()) +
+				     " bytes, then " + std::to_string(xb.size) + " bytes)");
+			}
+			reduce_into<A>(dt, st->buf.data(), xb.udata(), n, FN);
+		}
+	});
+}
+
+template <class A>
+void reduce_combine(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_aggregate_state *target,
+                    idx_t count) {
+	using S = ReduceState<A>;
+	const char *FN = S::kName;
+	guard_aggregate(info, FN, [&] {
+		for (idx_t i = 0; i < count; i++) {
+			const S *src = slot<S>(source[i]);
+			if (src == nullptr) {
+				continue;
+			}
+			S *&tgt = slot<S>(target[i]);
+			if (tgt == nullptr) {
+				tgt = new S(*src);
+				continue;
+			}
+			check_same_dtype(FN, tgt->dtype, src->dtype);
+			if (tgt->buf.size() != src->buf.size()) {
+				fail(std::string(FN) + ": blocks in a group differ in size (" + std::to_string(tgt->buf.size()) +
+				     " bytes vs " + std::to_string(src->buf.size()) + " bytes)");
+			}
+			reduce_into<A>(tgt->dtype, tgt->buf.data(), src->buf.data(), src->buf.size() / itemsize(src->dtype), FN);
+		}
+	});
+}
+
+// ---- tensor_assemble(dtype, x, x_shape, offset, out_shape) ----
+
+struct AssembleState {
+	static constexpr const char *kName = "tensor_assemble";
+	DType dtype = DType::F64;
+	Shape out_shape;
+	AlignedBuf buf;
+	// Pieces written so far, each as rank offsets followed by rank extents (used by combine).
+	std::vector<int64_t> pieces;
+	size_t n_pieces = 0;
+};
+
+void assemble_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
+	static constexpr const char *FN = AssembleState::kName;
+	guard_aggregate(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col dtype_c(input, 0), x_c(input, 1);
+		ListCol xs_c(input, 2), off_c(input, 3), outs_c(input, 4);
+		DTypeArg dtypes;
+		Shape xs, off, outs, zero;
+		for (idx_t row = 0; row < count; row++) {
+			if (!dtype_c.valid(row) || !x_c.valid(row) || !xs_c.valid(row) || !off_c.valid(row) ||
+			    !outs_c.valid(row)) {
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			const Bytes xb = x_c.str(row);
+			xs_c.get(row, xs, FN, "x_shape");
+			off_c.get(row, off, FN, "offset");
+			outs_c.get(row, outs, FN, "out_shape");
+			check_operand(FN, "x", xb, xs, dt);
+			const uint64_t out_numel = checked_numel(outs, itemsize(dt), FN, "out_shape");
+			if (xs.size() != outs.size() || off.size() != outs.size()) {
+				fail(std::string(FN) + ": x_shape " + shape_str(xs) + ", offset " + shape_str(off) +
+				     " and out_shape " + shape_str(outs) + " must have the same rank");
+			}
+			for (size_t k = 0; k < outs.size(); k++) {
+				if (off[k] < 0 || off[k] > outs[k] - xs[k]) {
+					fail(std::string(FN) + ": piece of shape " + shape_str(xs) + " at offset " + shape_str(off) +
+					     " does not fit in out_shape " + shape_str(outs) + " (dim " + std::to_string(k) + ")");
+				}
+			}
+			AssembleState *&st = slot<AssembleState>(states[row]);
+			if (st == nullptr) {
+				auto fresh = std::make_unique<AssembleState>();
+				fresh->dtype = dt;
+				fresh->out_shape = outs;
+				fresh->buf.zeros(out_numel * itemsize(dt));
+				st = fresh.release();
+			} else {
+				check_same_dtype(FN, st->dtype, dt);
+				if (st->out_shape != outs) {
+					fail(std::string(FN) + ": out_shape changes within a group (" + shape_str(st->out_shape) +
+					     " then " + shape_str(outs) + ")");
+				}
+			}
+			zero.assign(xs.size(), 0);
+			copy_region(st->buf.data(), outs, off, xb.udata(), xs, zero, xs, itemsize(dt));
+			st->pieces.insert(st->pieces.end(), off.begin(), off.end());
+			st->pieces.insert(st->pieces.end(), xs.begin(), xs.end());
+			st->n_pieces++;
+		}
+	});
+}
+
+void assemble_combine(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_aggregate_state *target,
+                      idx_t count) {
+	static constexpr const char *FN = AssembleState::kName;
+	guard_aggregate(info, FN, [&] {
+		Shape off, ext;
+		for (idx_t i = 0; i < count; i++) {
+			const AssembleState *src = slot<AssembleState>(source[i]);
+			if (src == nullptr) {
+				continue;
+			}
+			AssembleState *&tgt = slot<AssembleState>(target[i]);
+			if (tgt == nullptr) {
+				tgt = new AssembleState(*src);
+				continue;
+			}
+			check_same_dtype(FN, tgt->dtype, src->dtype);
+			if (tgt->out_shape != src->out_shape) {
+				fail(std::string(FN) + ": out_shape differs within a group (" + shape_str(tgt->out_shape) + " vs " +
+				     shape_str(src->out_shape) + ")");
+			}
+			const size_t r = src->out_shape.size();
+			const size_t per_piece = 2 * r;
+			for (size_t p = 0; p < src->n_pieces; p++) {
+				const int64_t *rec = src->pieces.data() + p * per_piece;
+				off.assign(rec, rec + r);
+				ext.assign(rec + r, rec + per_piece);
+				copy_region(tgt->buf.data(), tgt->out_shape, off, src->buf.data(), src->out_shape, off, ext,
+				            itemsize(src->dtype));
+			}
+			tgt->pieces.insert(tgt->pieces.end(), src->pieces.begin(), src->pieces.end());
+			tgt->n_pieces += src->n_pieces;
+		}
+	});
+}
+
+// ---- tensor_pack(dtype, idx, value, numel) ----
+
+struct PackState {
+	static constexpr const char *kName = "tensor_pack";
+	DType dtype = DType::F64;
+	int64_t numel = 0;
+	AlignedBuf buf;
+};
+
+template <class V>
+void pack_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
+	static constexpr const char *FN = PackState::kName;
+	guard_aggregate(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col dtype_c(input, 0), idx_c(input, 1), val_c(input, 2), numel_c(input, 3);
+		const V *values = static_cast<const V *>(duckdb_vector_get_data(duckdb_data_chunk_get_vector(input, 2)));
+		DTypeArg dtypes;
+		for (idx_t row = 0; row < count; row++) {
+			if (!dtype_c.valid(row) || !idx_c.valid(row) || !val_c.valid(row) || !numel_c.valid(row)) {
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			const int64_t numel = numel_c.i64(row);
+			const int64_t idx = idx_c.i64(row);
+			checked_numel(Shape {numel}, itemsize(dt), FN, "numel");
+			PackState *&st = slot<PackState>(states[row]);
+			if (st == nullptr) {
+				auto fresh = std::make_unique<PackState>();
+				fresh->dtype = dt;
+				fresh->numel = numel;
+				fresh->buf.zeros(static_cast<size_t>(numel) * itemsize(dt));
+				st = fresh.release();
+			} else {
+				check_same_dtype(FN, st->dtype, dt);
+				if (st->numel != numel) {
+					fail(std::string(FN) + ": numel changes within a group (" + std::to_string(st->numel) + " then " +
+					     std::to_string(numel) + ")");
+				}
+			}
+			if (idx < 0 || idx >= numel) {
+				fail(std::string(FN) + ": idx " + std::to_string(idx) + " is out of range [0, " + std::to_string(numel) +
+				     ")");
+			}
+			const V v = values[row];
+			dispatch(dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				unsigned char *p = st->buf.data() + static_cast<size_t>(idx) * sizeof(T);
+				store<T>(p, wadd(load<T>(p), convert<T>(v)));
+			});
+		}
+	});
+}
+
+void pack_combine(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_aggregate_state *target,
+                  idx_t count) {
+	static constexpr const char *FN = PackState::kName;
+	guard_aggregate(info, FN, [&] {
+		for (idx_t i = 0; i < count; i++) {
+			const PackState *src = slot<PackState>(source[i]);
+			if (src == nullptr) {
+				continue;
+			}
+			PackState *&tgt = slot<PackState>(target[i]);
+			if (tgt == nullptr) {
+				tgt = new PackState(*src);
+				continue;
+			}
+			check_same_dtype(FN, tgt->dtype, src->dtype);
+			if (tgt->numel != src->numel) {
+				fail(std::string(FN) + ": numel differs within a group (" + std::to_string(tgt->numel) + " vs " +
+				     std::to_string(src->numel) + ")");
+			}
+			reduce_into<ASum>(tgt->dtype, tgt->buf.data(), src->buf.data(), static_cast<uint64_t>(src->numel), FN);
+		}
+	});
+}
+
+// ---- registration ----
+
+struct AggDef {
+	const char *name;
+	std::vector<Ty> params;
+	duckdb_aggregate_init_t init;
+	duckdb_aggregate_update_t update;
+	duckdb_aggregate_combine_t combine;
+	duckdb_aggregate_finalize_t finalize;
+	duckdb_aggregate_destroy_t destroy;
+};
+
+duckdb_aggregate_function make_aggregate(const AggDef &d) {
+	duckdb_aggregate_function f = duckdb_create_aggregate_function();
+	duckdb_aggregate_function_set_name(f, d.name);
+	for (Ty t : d.params) {
+		TypeHandle h(t);
+		duckdb_aggregate_function_add_parameter(f, h.get());
+	}
+	TypeHandle ret(Ty::Blob);
+	duckdb_aggregate_function_set_return_type(f, ret.get());
+	duckdb_aggregate_function_set_functions(f, state_size, d.init, d.update, d.combine, d.finalize);
+	duckdb_aggregate_function_set_destructor(f, d.destroy);
+	return f;
+}
+
+bool register_one(duckdb_connection con, const AggDef &d) {
+	duckdb_aggregate_function f = make_aggregate(d);
+	bool ok = duckdb_register_aggregate_function(con, f) == DuckDBSuccess;
+	duckdb_destroy_aggregate_function(&f);
+	return ok;
+}
+
+template <class A>
+AggDef reduce_def() {
+	using S = ReduceState<A>;
+	return AggDef {S::kName,         {Ty::Blob, Ty::Varchar}, state_init<S>,   reduce_update<A>,
+	               reduce_combine<A>, state_finalize<S>,       state_destroy<S>};
+}
+
+} // namespace
+
+bool register_aggregates(duckdb_connection con) {
+	bool ok = register_one(con, reduce_def<ASum>()) && register_one(con, reduce_def<AMax>()) &&
+	          register_one(con, reduce_def<AMin>()) && register_one(con, reduce_def<AProd>());
+	ok = ok && register_one(con, AggDef {"tensor_assemble",
+	                                     {Ty::Varchar, Ty::Blob, Ty::ListBigInt, Ty::ListBigInt, Ty::ListBigInt},
+	                                     state_init<AssembleState>,
+	                                     assemble_update,
+	                                     assemble_combine,
+	                                     state_finalize<AssembleState>,
+	                                     state_destroy<AssembleState>});
+	if (!ok) {
+		return false;
+	}
+	duckdb_aggregate_function_set set = duckdb_create_aggregate_function_set("tensor_pack");
+	duckdb_aggregate_function pd =
+	    make_aggregate(AggDef {"tensor_pack", {Ty::Varchar, Ty::BigInt, Ty::Double, Ty::BigInt},
+	                           state_init<PackState>, pack_update<double>, pack_combine,
+	                           state_finalize<PackState>, state_destroy<PackState>});
+	duckdb_aggregate_function pi =
+	    make_aggregate(AggDef {"tensor_pack", {Ty::Varchar, Ty::BigInt, Ty::BigInt, Ty::BigInt},
+	                           state_init<PackState>, pack_update<int64_t>, pack_combine,
+	                           state_finalize<PackState>, state_destroy<PackState>});
+	ok = duckdb_add_aggregate_function_to_set(set, pd) == DuckDBSuccess &&
+	     duckdb_add_aggregate_function_to_set(set, pi) == DuckDBSuccess &&
+	     duckdb_register_aggregate_function_set(con, set) == DuckDBSuccess;
+	duckdb_destroy_aggregate_function(&pd);
+	duckdb_destroy_aggregate_function(&pi);
+	duckdb_destroy_aggregate_function_set(&set);
+	return ok;
+}
+
+} // namespace tsk

@@ -1,0 +1,301 @@
+// Shared helpers of the tensorsql_kernels DuckDB extension: C API access, argument readers,
+// validation, error handling at the C boundary, aligned scratch buffers.
+//
+// Every SQL function body runs inside guard(), which turns any C++ exception into a DuckDB error
+// (duckdb_scalar_function_set_error / duckdb_aggregate_function_set_error). Nothing throws across the
+// C boundary and there is no mutable global state apart from the API struct the entry point fills once.
+#pragma once
+
+#include "duckdb_extension.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+DUCKDB_EXTENSION_EXTERN
+
+#ifndef TENSORSQL_KERNELS_VERSION
+#define TENSORSQL_KERNELS_VERSION "0.1.0"
+#endif
+
+namespace tsk {
+
+// A user-visible kernel error. The message names the function, the argument and the sizes.
+struct KernelError : std::runtime_error {
+	using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] inline void fail(const std::string &msg) {
+	throw KernelError(msg);
+}
+
+// DuckDB stores a BLOB's length in 32 bits; no block can be larger than this.
+constexpr uint64_t kMaxBlobBytes = 0xFFFFFFFFull;
+// Upper bound on the iteration count of one einsum call (label-size product); beyond it is absurd.
+constexpr uint64_t kMaxIterations = uint64_t(1) << 62;
+
+using Shape = std::vector<int64_t>;
+
+inline std::string shape_str(const Shape &s) {
+	std::string r = "[";
+	for (size_t i = 0; i < s.size(); i++) {
+		if (i) {
+			r += ",";
+		}
+		r += std::to_string(s[i]);
+	}
+	return r + "]";
+}
+
+// A non-owning view of a VARCHAR or BLOB value.
+struct Bytes {
+	const char *data = nullptr;
+	size_t size = 0;
+
+	std::string str() const {
+		return std::string(data, size);
+	}
+	const unsigned char *udata() const {
+		return reinterpret_cast<const unsigned char *>(data);
+	}
+};
+
+inline bool same_bytes(const Bytes &b, const std::string &s) {
+	return b.size == s.size() && (b.size == 0 || std::memcmp(b.data, s.data(), b.size) == 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Input columns. The C API hands scalar and aggregate callbacks flat vectors.
+// ---------------------------------------------------------------------------------------------
+
+class Col {
+public:
+	explicit Col(duckdb_vector v)
+	    : data_(duckdb_vector_get_data(v)), validity_(duckdb_vector_get_validity(v)) {
+	}
+	Col(duckdb_data_chunk chunk, idx_t i) : Col(duckdb_data_chunk_get_vector(chunk, i)) {
+	}
+
+	bool valid(idx_t row) const {
+		return validity_ == nullptr || duckdb_validity_row_is_valid(validity_, row);
+	}
+	Bytes str(idx_t row) const {
+		const duckdb_string_t &s = static_cast<const duckdb_string_t *>(data_)[row];
+		uint32_t len = s.value.inlined.length;
+		const char *p = len <= 12 ? s.value.inlined.inlined : s.value.pointer.ptr;
+		return Bytes {p, len};
+	}
+	int64_t i64(idx_t row) const {
+		return static_cast<const int64_t *>(data_)[row];
+	}
+	double f64(idx_t row) const {
+		return static_cast<const double *>(data_)[row];
+	}
+
+private:
+	void *data_;
+	uint64_t *validity_;
+};
+
+// A LIST column (BIGINT[] or DOUBLE[]).
+class ListCol {
+public:
+	explicit ListCol(duckdb_vector v) : outer_(v) {
+		duckdb_vector child = duckdb_list_vector_get_child(v);
+		entries_ = static_cast<const duckdb_list_entry *>(duckdb_vector_get_data(v));
+		child_data_ = duckdb_vector_get_data(child);
+		child_validity_ = duckdb_vector_get_validity(child);
+	}
+	ListCol(duckdb_data_chunk chunk, idx_t i) : ListCol(duckdb_data_chunk_get_vector(chunk, i)) {
+	}
+
+	bool valid(idx_t row) const {
+		return outer_.valid(row);
+	}
+	// Reads the list at `row` into `out`; NULL elements are an error naming fn and arg.
+	template <class T>
+	void get(idx_t row, std::vector<T> &out, const char *fn, const char *arg) const {
+		const duckdb_list_entry &e = entries_[row];
+		out.resize(e.length);
+		const T *src = static_cast<const T *>(child_data_);
+		for (idx_t k = 0; k < e.length; k++) {
+			idx_t c = e.offset + k;
+			if (child_validity_ != nullptr && !duckdb_validity_row_is_valid(child_validity_, c)) {
+				fail(std::string(fn) + ": " + arg + " contains NULL at position " + std::to_string(k));
+			}
+			out[k] = src[c];
+		}
+	}
+
+private:
+	Col outer_;
+	const duckdb_list_entry *entries_;
+	const void *child_data_;
+	uint64_t *child_validity_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Output helpers.
+// ---------------------------------------------------------------------------------------------
+
+inline void set_null(duckdb_vector out, idx_t row) {
+	duckdb_vector_ensure_validity_writable(out);
+	duckdb_validity_set_row_invalid(duckdb_vector_get_validity(out), row);
+}
+
+inline void set_blob(duckdb_vector out, idx_t row, const void *data, size_t bytes) {
+	static const char empty[1] = {0};
+	const char *p = bytes == 0 || data == nullptr ? empty : static_cast<const char *>(data);
+	duckdb_vector_assign_string_element_len(out, row, p, bytes);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sizes.
+// ---------------------------------------------------------------------------------------------
+
+// Number of elements of `shape`, validated: entries >= 0, no overflow, bytes within the BLOB limit.
+// The product of the non-zero entries must also fit, so strides computed from any valid shape fit in int64.
+inline uint64_t checked_numel(const Shape &shape, size_t itemsize, const char *fn, const char *arg) {
+	uint64_t n = 1;
+	bool zero = false;
+	for (int64_t d : shape) {
+		if (d < 0) {
+			fail(std::string(fn) + ": " + arg + " " + shape_str(shape) + " has a negative dimension");
+		}
+	}
+	for (int64_t d : shape) {
+		if (d == 0) {
+			zero = true;
+			continue;
+		}
+		uint64_t next;
+		if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &next) || next > kMaxBlobBytes / itemsize) {
+			fail(std::string(fn) + ": " + arg + " " + shape_str(shape) + " is too large (a block is at most " +
+			     std::to_string(kMaxBlobBytes) + " bytes)");
+		}
+		n = next;
+	}
+	return zero ? 0 : n;
+}
+
+// Aligned scratch storage reused across rows (blob data from DuckDB may be unaligned).
+class AlignedBuf {
+public:
+	unsigned char *resize(size_t bytes) {
+		store_.resize((bytes + sizeof(Unit) - 1) / sizeof(Unit));
+		size_ = bytes;
+		return data();
+	}
+	// Resize and fill with zero bytes.
+	unsigned char *zeros(size_t bytes) {
+		resize(bytes);
+		if (bytes) {
+			std::memset(data(), 0, bytes);
+		}
+		return data();
+	}
+	unsigned char *data() {
+		return reinterpret_cast<unsigned char *>(store_.data());
+	}
+	const unsigned char *data() const {
+		return reinterpret_cast<const unsigned char *>(store_.data());
+	}
+	template <class T>
+	T *as() {
+		return reinterpret_cast<T *>(store_.data());
+	}
+	template <class T>
+	const T *as() const {
+		return reinterpret_cast<const T *>(store_.data());
+	}
+	size_t size() const {
+		return size_;
+	}
+	bool empty() const {
+		return size_ == 0;
+	}
+
+private:
+	using Unit = std::max_align_t;
+	std::vector<Unit> store_;
+	size_t size_ = 0;
+};
+
+// Returns a pointer to the blob's elements usable as T*: the blob itself when suitably aligned,
+// else a copy in `scratch`.
+template <class T>
+const T *aligned_view(const Bytes &blob, AlignedBuf &scratch) {
+	if (reinterpret_cast<uintptr_t>(blob.data) % alignof(T) == 0) {
+		return reinterpret_cast<const T *>(blob.data);
+	}
+	unsigned char *p = scratch.resize(blob.size);
+	if (blob.size) {
+		std::memcpy(p, blob.data, blob.size);
+	}
+	return scratch.as<T>();
+}
+
+// Caches the parse of a string argument: re-parses only when the string changes between rows.
+template <class V>
+class Cached {
+public:
+	template <class Parse>
+	const V &get(const Bytes &s, Parse &&parse) {
+		if (!has_ || !same_bytes(s, key_)) {
+			value_ = parse(s);
+			key_ = s.str();
+			has_ = true;
+		}
+		return value_;
+	}
+
+private:
+	bool has_ = false;
+	std::string key_;
+	V value_ {};
+};
+
+// ---------------------------------------------------------------------------------------------
+// The C boundary.
+// ---------------------------------------------------------------------------------------------
+
+template <class SetError, class F>
+void guard_with(SetError set_error, const char *fn, F &&body) noexcept {
+	try {
+		body();
+	} catch (const KernelError &e) {
+		set_error(e.what());
+	} catch (const std::bad_alloc &) {
+		set_error((std::string(fn) + ": out of memory").c_str());
+	} catch (const std::exception &e) {
+		set_error((std::string(fn) + ": internal error: " + e.what()).c_str());
+	} catch (...) {
+		set_error((std::string(fn) + ": unknown internal error").c_str());
+	}
+}
+
+template <class F>
+void guard_scalar(duckdb_function_info info, const char *fn, F &&body) noexcept {
+	guard_with([info](const char *m) { duckdb_scalar_function_set_error(info, m); }, fn, std::forward<F>(body));
+}
+
+template <class F>
+void guard_aggregate(duckdb_function_info info, const char *fn, F &&body) noexcept {
+	guard_with([info](const char *m) { duckdb_aggregate_function_set_error(info, m); }, fn, std::forward<F>(body));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strided block copy (slice, assemble): copies `region` elements from src[src_off...] to dst[dst_off...].
+// All arguments must already be validated against the shapes.
+// ---------------------------------------------------------------------------------------------
+
+void copy_region(unsigned char *dst, const Shape &dst_shape, const Shape &dst_off, const unsigned char *src,
+                 const Shape &src_shape, const Shape &src_off, const Shape &region, size_t itemsize);
+
+} // namespace tsk

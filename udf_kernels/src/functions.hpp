@@ -1,0 +1,53 @@
+// The C callbacks of every SQL function, registered in register.cpp.
+#pragma once
+
+#include "common.hpp"
+
+namespace tsk {
+
+// einsum.cpp
+void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
+// map.cpp
+void tensor_map(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_map_param(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
+// layout.cpp
+void tensor_zeros(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_numel(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_itemsize(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
+// aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack.
+bool register_aggregates(duckdb_connection con);
+
+} // namespace tsk
+
+namespace tsk {
+
+// SQL types used in signatures (register.cpp).
+enum class Ty { Varchar, Blob, BigInt, Integer, Double, Boolean, ListBigInt, ListDouble };
+
+// Owns a duckdb_logical_type for the duration of a registration call.
+class TypeHandle {
+public:
+	explicit TypeHandle(Ty t);
+	~TypeHandle();
+	TypeHandle(const TypeHandle &) = delete;
+	TypeHandle &operator=(const TypeHandle &) = delete;
+	duckdb_logical_type get() const {
+		return type_;
+	}
+
+private:
+	duckdb_logical_type type_;
+};
+
+} // namespace tsk

@@ -1,0 +1,312 @@
+// Block layout functions: zeros, slice, sizes, checks, list conversion, element access, version.
+#include "dtype.hpp"
+#include "functions.hpp"
+
+namespace tsk {
+
+void copy_region(unsigned char *dst, const Shape &dst_shape, const Shape &dst_off, const unsigned char *src,
+                 const Shape &src_shape, const Shape &src_off, const Shape &region, size_t itemsize) {
+	const size_t r = region.size();
+	if (r == 0) {
+		std::memcpy(dst, src, itemsize);
+		return;
+	}
+	for (int64_t d : region) {
+		if (d == 0) {
+			return;
+		}
+	}
+	// Element strides (C order) of both blocks.
+	std::vector<int64_t> ds(r), ss(r);
+	int64_t a = 1, b = 1;
+	for (size_t k = r; k-- > 0;) {
+		ds[k] = a;
+		ss[k] = b;
+		a *= dst_shape[k];
+		b *= src_shape[k];
+	}
+	int64_t dpos = 0, spos = 0;
+	for (size_t k = 0; k < r; k++) {
+		dpos += dst_off[k] * ds[k];
+		spos += src_off[k] * ss[k];
+	}
+	const size_t run = static_cast<size_t>(region[r - 1]) * itemsize; // innermost dimension is contiguous
+	std::vector<int64_t> idx(r, 0);
+	while (true) {
+		std::memcpy(dst + static_cast<size_t>(dpos) * itemsize, src + static_cast<size_t>(spos) * itemsize, run);
+		size_t k = r - 1;
+		while (true) {
+			if (k == 0) {
+				return;
+			}
+			--k;
+			dpos += ds[k];
+			spos += ss[k];
+			if (++idx[k] < region[k]) {
+				break;
+			}
+			dpos -= ds[k] * region[k];
+			spos -= ss[k] * region[k];
+			idx[k] = 0;
+		}
+	}
+}
+
+void tensor_zeros(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_zeros";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col dtype_c(input, 0);
+		ListCol shape_c(input, 1);
+		DTypeArg dtypes;
+		Shape shape;
+		AlignedBuf zb;
+		for (idx_t row = 0; row < count; row++) {
+			if (!dtype_c.valid(row) || !shape_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			shape_c.get(row, shape, FN, "shape");
+			const size_t bytes = checked_numel(shape, itemsize(dt), FN, "shape") * itemsize(dt);
+			set_blob(output, row, zb.zeros(bytes), bytes);
+		}
+	});
+}
+
+void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_slice";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col dtype_c(input, 0), x_c(input, 1);
+		ListCol xs_c(input, 2), start_c(input, 3), stop_c(input, 4);
+		DTypeArg dtypes;
+		Shape xs, start, stop, region, zero_off;
+		AlignedBuf zb;
+		for (idx_t row = 0; row < count; row++) {
+			if (!dtype_c.valid(row) || !x_c.valid(row) || !xs_c.valid(row) || !start_c.valid(row) ||
+			    !stop_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			const Bytes xb = x_c.str(row);
+			xs_c.get(row, xs, FN, "x_shape");
+			start_c.get(row, start, FN, "start");
+			stop_c.get(row, stop, FN, "stop");
+			check_operand(FN, "x", xb, xs, dt);
+			if (start.size() != xs.size() || stop.size() != xs.size()) {
+				fail(std::string(FN) + ": start " + shape_str(start) + " and stop " + shape_str(stop) +
+				     " must both have the rank of x_shape " + shape_str(xs));
+			}
+			region.resize(xs.size());
+			for (size_t k = 0; k < xs.size(); k++) {
+				if (start[k] < 0 || start[k] > stop[k] || stop[k] > xs[k]) {
+					fail(std::string(FN) + ": slice " + shape_str(start) + ":" + shape_str(stop) +
+					     " is out of bounds for x_shape " + shape_str(xs) + " (dim " + std::to_string(k) +
+					     " needs 0 <= start <= stop <= " + std::to_string(xs[k]) + ")");
+				}
+				region[k] = stop[k] - start[k];
+			}
+			zero_off.assign(xs.size(), 0);
+			const size_t bytes = checked_numel(region, itemsize(dt), FN, "slice") * itemsize(dt);
+			unsigned char *z = zb.resize(bytes);
+			if (bytes) {
+				copy_region(z, region, zero_off, xb.udata(), xs, start, region, itemsize(dt));
+			}
+			set_blob(output, row, z, bytes);
+		}
+	});
+}
+
+void tensor_numel(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_numel";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col x_c(input, 0), dtype_c(input, 1);
+		DTypeArg dtypes;
+		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
+		for (idx_t row = 0; row < count; row++) {
+			if (!x_c.valid(row) || !dtype_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			out[row] = static_cast<int64_t>(check_whole(FN, "operand x", x_c.str(row), dt));
+		}
+	});
+}
+
+void tensor_itemsize(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_itemsize";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col dtype_c(input, 0);
+		DTypeArg dtypes;
+		int32_t *out = static_cast<int32_t *>(duckdb_vector_get_data(output));
+		for (idx_t row = 0; row < count; row++) {
+			if (!dtype_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			out[row] = static_cast<int32_t>(itemsize(dtypes.get(dtype_c.str(row), FN)));
+		}
+	});
+}
+
+void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_check";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col x_c(input, 0), dtype_c(input, 1);
+		ListCol shape_c(input, 2);
+		DTypeArg dtypes;
+		Shape shape;
+		bool *out = static_cast<bool *>(duckdb_vector_get_data(output));
+		for (idx_t row = 0; row < count; row++) {
+			if (!x_c.valid(row) || !dtype_c.valid(row) || !shape_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			shape_c.get(row, shape, FN, "shape");
+			bool ok = true;
+			uint64_t need = itemsize(dt);
+			for (int64_t d : shape) {
+				if (d < 0 || __builtin_mul_overflow(need, static_cast<uint64_t>(d), &need)) {
+					ok = false;
+					break;
+				}
+			}
+			out[row] = ok && need == x_c.str(row).size;
+		}
+	});
+}
+
+void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_to_list";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col x_c(input, 0), dtype_c(input, 1);
+		DTypeArg dtypes;
+		for (idx_t row = 0; row < count; row++) {
+			const idx_t offset = duckdb_list_vector_get_size(output);
+			duckdb_list_entry *entries = static_cast<duckdb_list_entry *>(duckdb_vector_get_data(output));
+			if (!x_c.valid(row) || !dtype_c.valid(row)) {
+				entries[row] = duckdb_list_entry {offset, 0};
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			if (is_complex_dtype(dt)) {
+				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes convert to DOUBLE[]");
+			}
+			const Bytes xb = x_c.str(row);
+			const uint64_t n = check_whole(FN, "operand x", xb, dt);
+			if (duckdb_list_vector_reserve(output, offset + n) != DuckDBSuccess) {
+				fail(std::string(FN) + ": could not reserve " + std::to_string(n) + " list elements");
+			}
+			double *child = static_cast<double *>(duckdb_vector_get_data(duckdb_list_vector_get_child(output)));
+			dispatch(dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				if constexpr (!is_complex_v<T>) {
+					for (uint64_t i = 0; i < n; i++) {
+						child[offset + i] = static_cast<double>(load<T>(xb.udata() + i * sizeof(T)));
+					}
+				}
+			});
+			duckdb_list_vector_set_size(output, offset + n);
+			entries[row] = duckdb_list_entry {offset, n};
+		}
+	});
+}
+
+void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_from_list";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		ListCol values_c(input, 0);
+		Col dtype_c(input, 1);
+		DTypeArg dtypes;
+		std::vector<double> values;
+		AlignedBuf zb;
+		for (idx_t row = 0; row < count; row++) {
+			if (!values_c.valid(row) || !dtype_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			if (is_complex_dtype(dt)) {
+				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes are built from lists");
+			}
+			values_c.get(row, values, FN, "values");
+			const size_t bytes = values.size() * itemsize(dt);
+			if (bytes > kMaxBlobBytes) {
+				fail(std::string(FN) + ": " + std::to_string(values.size()) + " values exceed the block limit");
+			}
+			unsigned char *z = zb.resize(bytes);
+			dispatch(dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				for (size_t i = 0; i < values.size(); i++) {
+					store<T>(z + i * sizeof(T), convert<T>(values[i]));
+				}
+			});
+			set_blob(output, row, z, bytes);
+		}
+	});
+}
+
+void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_get";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col x_c(input, 0), dtype_c(input, 1);
+		ListCol shape_c(input, 2), index_c(input, 3);
+		DTypeArg dtypes;
+		Shape shape, index;
+		double *out = static_cast<double *>(duckdb_vector_get_data(output));
+		for (idx_t row = 0; row < count; row++) {
+			if (!x_c.valid(row) || !dtype_c.valid(row) || !shape_c.valid(row) || !index_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			if (is_complex_dtype(dt)) {
+				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes return a DOUBLE");
+			}
+			const Bytes xb = x_c.str(row);
+			shape_c.get(row, shape, FN, "shape");
+			index_c.get(row, index, FN, "index");
+			check_operand(FN, "x", xb, shape, dt);
+			if (index.size() != shape.size()) {
+				fail(std::string(FN) + ": index " + shape_str(index) + " does not have the rank of shape " +
+				     shape_str(shape));
+			}
+			uint64_t flat = 0;
+			for (size_t k = 0; k < shape.size(); k++) {
+				if (index[k] < 0 || index[k] >= shape[k]) {
+					fail(std::string(FN) + ": index " + shape_str(index) + " is out of bounds for shape " +
+					     shape_str(shape));
+				}
+				flat = flat * static_cast<uint64_t>(shape[k]) + static_cast<uint64_t>(index[k]);
+			}
+			dispatch(dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				if constexpr (!is_complex_v<T>) {
+					out[row] = static_cast<double>(load<T>(xb.udata() + flat * sizeof(T)));
+				}
+			});
+		}
+	});
+}
+
+void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	guard_scalar(info, "tensorsql_kernels_version", [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		for (idx_t row = 0; row < count; row++) {
+			duckdb_vector_assign_string_element(output, row, TENSORSQL_KERNELS_VERSION);
+		}
+	});
+}
+
+} // namespace tsk

@@ -1,0 +1,117 @@
+// Extension entry point: registers every SQL function of tensorsql_kernels on the loading connection.
+#define DUCKDB_EXTENSION_NAME tensorsql_kernels
+#include "functions.hpp"
+
+#include <initializer_list>
+
+// The API struct global (duckdb_ext_api) is defined by DUCKDB_EXTENSION_ENTRYPOINT at the end of this file.
+
+namespace tsk {
+
+TypeHandle::TypeHandle(Ty t) {
+	switch (t) {
+	case Ty::Varchar:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_VARCHAR);
+		return;
+	case Ty::Blob:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_BLOB);
+		return;
+	case Ty::BigInt:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_BIGINT);
+		return;
+	case Ty::Integer:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_INTEGER);
+		return;
+	case Ty::Double:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_DOUBLE);
+		return;
+	case Ty::Boolean:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_BOOLEAN);
+		return;
+	case Ty::ListBigInt:
+	case Ty::ListDouble: {
+		duckdb_logical_type child =
+		    duckdb_create_logical_type(t == Ty::ListBigInt ? DUCKDB_TYPE_BIGINT : DUCKDB_TYPE_DOUBLE);
+		type_ = duckdb_create_list_type(child);
+		duckdb_destroy_logical_type(&child);
+		return;
+	}
+	}
+	type_ = duckdb_create_logical_type(DUCKDB_TYPE_BLOB);
+}
+
+TypeHandle::~TypeHandle() {
+	duckdb_destroy_logical_type(&type_);
+}
+
+namespace {
+
+duckdb_scalar_function make_scalar(const char *name, std::initializer_list<Ty> params, Ty ret,
+                                   duckdb_scalar_function_t fn) {
+	duckdb_scalar_function f = duckdb_create_scalar_function();
+	duckdb_scalar_function_set_name(f, name);
+	for (Ty t : params) {
+		TypeHandle h(t);
+		duckdb_scalar_function_add_parameter(f, h.get());
+	}
+	TypeHandle r(ret);
+	duckdb_scalar_function_set_return_type(f, r.get());
+	duckdb_scalar_function_set_function(f, fn);
+	return f;
+}
+
+bool add_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
+                duckdb_scalar_function_t fn) {
+	duckdb_scalar_function f = make_scalar(name, params, ret, fn);
+	bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
+	duckdb_destroy_scalar_function(&f);
+	return ok;
+}
+
+bool register_all(duckdb_connection con) {
+	using T = Ty;
+	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
+	bool ok = true;
+	ok = ok && add_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum);
+	ok = ok && add_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1);
+	ok = ok && add_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast);
+	ok = ok && add_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros);
+	ok = ok && add_scalar(con, "tensor_slice", {V, B, L, L, L}, B, tensor_slice);
+	ok = ok && add_scalar(con, "tensor_numel", {B, V}, T::BigInt, tensor_numel);
+	ok = ok && add_scalar(con, "tensor_itemsize", {V}, T::Integer, tensor_itemsize);
+	ok = ok && add_scalar(con, "tensor_check", {B, V, L}, T::Boolean, tensor_check);
+	ok = ok && add_scalar(con, "tensor_to_list", {B, V}, T::ListDouble, tensor_to_list);
+	ok = ok && add_scalar(con, "tensor_from_list", {T::ListDouble, V}, B, tensor_from_list);
+	ok = ok && add_scalar(con, "tensor_get", {B, V, L, L}, T::Double, tensor_get);
+	ok = ok && add_scalar(con, "tensorsql_kernels_version", {}, V, tensorsql_kernels_version);
+	if (!ok) {
+		return false;
+	}
+	duckdb_scalar_function_set set = duckdb_create_scalar_function_set("tensor_map");
+	duckdb_scalar_function m3 = make_scalar("tensor_map", {V, V, B}, B, tensor_map);
+	duckdb_scalar_function m4 = make_scalar("tensor_map", {V, V, B, T::Double}, B, tensor_map_param);
+	ok = duckdb_add_scalar_function_to_set(set, m3) == DuckDBSuccess &&
+	     duckdb_add_scalar_function_to_set(set, m4) == DuckDBSuccess &&
+	     duckdb_register_scalar_function_set(con, set) == DuckDBSuccess;
+	duckdb_destroy_scalar_function(&m3);
+	duckdb_destroy_scalar_function(&m4);
+	duckdb_destroy_scalar_function_set(&set);
+	return ok && register_aggregates(con);
+}
+
+} // namespace
+} // namespace tsk
+
+DUCKDB_EXTENSION_ENTRYPOINT(duckdb_connection connection, duckdb_extension_info info,
+                            struct duckdb_extension_access *access) {
+	try {
+		if (!tsk::register_all(connection)) {
+			access->set_error(info, "tensorsql_kernels: failed to register a function");
+			return false;
+		}
+		return true;
+	} catch (...) {
+		access->set_error(info, "tensorsql_kernels: internal error during registration");
+		return false;
+	}
+}

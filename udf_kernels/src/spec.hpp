@@ -1,0 +1,53 @@
+// Einsum spec parsing ('ij,jk->ik') and the per-call loop plan built from the operand shapes.
+#pragma once
+
+#include "common.hpp"
+
+#include <array>
+
+namespace tsk {
+
+constexpr int kNumLabels = 52; // a-z, A-Z
+
+inline int label_index(char c) {
+	if (c >= 'a' && c <= 'z') {
+		return c - 'a';
+	}
+	if (c >= 'A' && c <= 'Z') {
+		return 26 + (c - 'A');
+	}
+	return -1;
+}
+
+// A parsed spec: the label strings of 1 or 2 inputs and of the output.
+struct Spec {
+	int n_inputs = 0;
+	std::string inputs[2];
+	std::string output;
+	std::string text;
+};
+
+// Parses "lX,lY->lZ" (n_inputs == 2) or "lX->lZ" (n_inputs == 1). Spaces are ignored.
+Spec parse_spec(const Bytes &s, int n_inputs, const char *fn);
+
+// One loop of the einsum: a label's size and its element stride in each operand (0 where absent;
+// repeated labels within an operand add their strides, which walks the diagonal).
+struct Loop {
+	int64_t size = 0;
+	int64_t sx = 0;
+	int64_t sy = 0;
+};
+
+struct Plan {
+	std::vector<Loop> outer; // output labels, in output order (so the output is written sequentially)
+	std::vector<Loop> inner; // aggregated labels
+	Shape out_shape;
+	uint64_t out_numel = 0;
+};
+
+// Validates ranks and label sizes against the shapes and builds the loop plan.
+// names[i] is the argument name used in messages ("x", "y").
+Plan make_plan(const Spec &spec, const Shape *const shapes[], const char *const names[], size_t itemsize,
+               const char *fn);
+
+} // namespace tsk
