@@ -234,7 +234,7 @@ class CostModel:
 
     def seconds(self, calls: float, elements: float, flops: float) -> float:
         """Modelled time of one vertex: N calls moving ``elements`` and doing ``flops``."""
-        par = min(calls, self.workers)
+        par = max(1, min(calls, self.workers))
         return (
             self.per_call * calls + self.per_byte * self.itemsize * elements + self.per_flop * flops
         ) / par

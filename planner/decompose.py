@@ -369,7 +369,7 @@ def _baseline_row(e: EinSum, p: int, strategy: str) -> np.ndarray:
     """The viable partitioning nearest (in log parts) to the baseline's target; ties favour the labels the
     baseline splits first. Always a valid vector with N(d) = effective_p(e, p)."""
     L = len(e.labels)
-    if strategy == "none":
+    if strategy == "none" or L == 0:
         return np.ones((1, L), dtype=np.int64)
     D = _domain(e, p)
     q = effective_p(e, p)

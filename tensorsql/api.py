@@ -63,15 +63,13 @@ def einsum(
     final = _numpy_result_dtype(arrays, dtype)
     carrier = carrier_dtype(final)
     arrays = [a.astype(carrier, copy=False) for a in arrays]
-    s = default_session()
-    rels = [s.from_numpy(a) for a in arrays]
-    call_args: list[object] = []
     if isinstance(args[0], str):
-        call_args = [args[0], *rels]
+        call_args = [args[0], *arrays]
     else:
-        it = iter(rels)
-        call_args = [next(it) if i % 2 == 0 and i < 2 * len(rels) else a for i, a in enumerate(args)]
-    out = s.einsum(*call_args, optimize=optimize, join=join, agg=agg).numpy()
+        it = iter(arrays)
+        call_args = [next(it) if i % 2 == 0 and i < 2 * len(arrays) else a for i, a in enumerate(args)]
+    result = default_session().einsum(*call_args, optimize=optimize, join=join, agg=agg)
+    out = result.numpy()
     if out.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
         out = (out != 0) if final == np.bool_ else out.astype(final)
     return out[()] if out.ndim == 0 else out

@@ -84,13 +84,13 @@ def _lower(node: E.Node, part: Partitioning, go) -> T.Rel:
     if isinstance(node, E.Reblock):
         return _reblock(go(node.input), node.block_shape)
     if isinstance(node, E.Map):
-        child = go(node.input)
+        child = _reblock(go(node.input), part.block_shapes[id(node)])
         s = child.schema
         return T.MapBlocks(
             T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child, node.fn, node.param
         )
     if isinstance(node, E.Cast):
-        child = go(node.input)
+        child = _reblock(go(node.input), part.block_shapes[id(node)])
         s = child.schema
         return T.CastBlocks(T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child)
     if not isinstance(node, E.EinSum):

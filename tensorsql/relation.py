@@ -22,12 +22,19 @@ class TensorRelation:
     run as one SQL statement when their value is first asked for.
     """
 
-    __slots__ = ("__weakref__", "_keepalive", "node", "session")
+    __slots__ = ("__weakref__", "_plan", "_plan_options", "node", "session")
 
-    def __init__(self, session: Session, node: E.Node, keepalive: object = None) -> None:
+    def __init__(self, session: Session, node: E.Node, plan_options: dict | None = None) -> None:
         self.session = session
         self.node = node
-        self._keepalive = keepalive
+        self._plan_options = plan_options or {}
+        self._plan = None
+
+    def plan(self):  # -> session.Plan (not imported here: session imports this module)
+        """The plan this relation runs with (computed once)."""
+        if self._plan is None:
+            self._plan = self.session.plan(self.node, **self._plan_options)
+        return self._plan
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -43,10 +50,10 @@ class TensorRelation:
 
     @property
     def block_shape(self) -> tuple[int, ...]:
-        return self.session.plan(self.node).partitioning.block_shapes[id(self.node)]
+        return self.plan().partitioning.block_shapes[id(self.node)]
 
     def numpy(self) -> np.ndarray:
-        table = self.session.run(self.node)
+        table = self.session.run(self.node, self.plan())
         return B.assemble(table, self.shape, self.block_shape, self.node.dtype)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
@@ -55,7 +62,7 @@ class TensorRelation:
 
     def to_arrow(self) -> pa.Table:
         """Key columns and the ``tensor`` blob column, with dtype/shape/block_shape in schema metadata."""
-        table = self.session.run(self.node)
+        table = self.session.run(self.node, self.plan())
         return table.replace_schema_metadata(B.metadata(self.shape, self.block_shape, self.node.dtype))
 
     def save(self, name: str, *, replace: bool = False) -> TensorRelation:
@@ -67,10 +74,10 @@ class TensorRelation:
         return self.session.materialize(self)
 
     def sql(self, pretty: bool = True) -> str:
-        return self.session.plan(self.node).sql(pretty=pretty)
+        return self.plan().sql(pretty=pretty)
 
     def explain(self) -> str:
-        return self.session.plan(self.node).explain()
+        return self.plan().explain()
 
     def reblock(
         self, block_shape: tuple[int, ...] | None = None, blocks: tuple[int, ...] | None = None
@@ -78,7 +85,7 @@ class TensorRelation:
         """The same tensor with another block shape (a repartition done in SQL by slice/assemble)."""
         bs = B.resolve_block_shape(self.shape, block_shape, blocks, "reblock")
         node = E.Reblock(shape=self.shape, dtype=self.node.dtype, input=self.node, block_shape=bs)
-        return TensorRelation(self.session, node, self._keepalive)
+        return TensorRelation(self.session, node, {"strategy": "operands"})
 
     def __repr__(self) -> str:
         kind = "stored" if isinstance(self.node, E.Source) else "lazy"

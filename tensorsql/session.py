@@ -16,14 +16,16 @@ from sqlglot import exp
 
 import udf_kernels
 from tensorsql import blocks as B
-from tensorsql import catalog, frontend, lower, sqlgen
+from tensorsql import catalog, frontend, lower, planning, sqlgen
 from tensorsql import expr as E
 from tensorsql import tra as T
 from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import (
     CatalogError,
+    EinsumError,
     ExtensionError,
     KernelError,
+    PlanError,
     ShapeError,
     SQLExecutionError,
     TensorSQLError,
@@ -43,12 +45,13 @@ class Plan:
     partitioning: lower.Partitioning
     tra: T.Rel
     ast: exp.Select
+    info: planning.PlanInfo
 
     def sql(self, pretty: bool = True) -> str:
         return sqlgen.sql_text(self.ast, pretty=pretty)
 
     def explain(self) -> str:
-        lines = ["== EinGraph =="]
+        lines = ["== Plan ==", *planning.describe(self.info), "", "== EinGraph =="]
         names: dict[int, str] = {}
         for node in E.topological(self.root):
             names[id(node)] = f"v{len(names)}"
@@ -72,7 +75,18 @@ class Plan:
                 desc = f"Reblock ({names[id(node.input)]})"
             else:
                 raise TypeError(f"unhandled expression node {type(node).__name__}")
-            lines.append(f"{head}{desc} shape={node.shape} {node.dtype} blocks={bs}")
+            line = f"{head}{desc} shape={node.shape} {node.dtype} blocks={bs}"
+            parts = self.info.node_parts.get(id(node))
+            if parts:
+                line += " parts[" + " ".join(f"{k}:{v}" for k, v in parts.items()) + "]"
+            cost = self.info.node_costs.get(id(node))
+            if cost:
+                line += (
+                    " cost["
+                    + " ".join(f"{k}={cost[k]:.3g}" for k in ("join", "agg", "repart", "total"))
+                    + "]"
+                )
+            lines.append(line)
         lines += ["", "== TRA plan ==", T.render(self.tra), "", "== SQL ==", self.sql(pretty=True)]
         return "\n".join(lines)
 
@@ -87,7 +101,9 @@ def _wrap_duckdb(exc: duckdb.Error, what: str) -> TensorSQLError:
 class Session:
     """An embedded DuckDB (``:memory:`` or a file) with the kernels loaded."""
 
-    def __init__(self, database: str = ":memory:", threads: int | None = None) -> None:
+    def __init__(
+        self, database: str = ":memory:", threads: int | None = None, strategy: str = "eindecomp"
+    ) -> None:
         config = {"allow_unsigned_extensions": "true"}
         if threads is not None:
             if not isinstance(threads, int) or threads < 1:
@@ -101,9 +117,14 @@ class Session:
             udf_kernels.load(self.con)
         except (udf_kernels.KernelBuildError, duckdb.Error, OSError) as exc:
             raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
+        if strategy not in planning.STRATEGIES:
+            raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(planning.STRATEGIES)}")
         self.database = str(database)
         self.threads = threads
+        self.strategy = strategy
         self._lock = threading.RLock()
+        #: kernel calls the planner aims for: the session's threads (workers x threads when distributed)
+        self.p = threads or int(self.execute("SELECT current_setting('threads')")[0][0])
 
     # -- helpers ---------------------------------------------------------------------------------
     def _name(self, prefix: str = "_ts_tmp") -> str:
@@ -132,13 +153,27 @@ class Session:
         self.close()
 
     # -- planning and execution ---------------------------------------------------------------------
-    def plan(self, node: E.Node) -> Plan:
-        part = lower.default_partitioning(node)
+    def plan(
+        self,
+        node: E.Node,
+        *,
+        strategy: str | None = None,
+        blocks: dict[int, int] | None = None,
+        free_inputs: set[int] | None = None,
+    ) -> Plan:
+        """Partition (EinDecomp unless told otherwise), lower to TRA, and build the SQL AST."""
+        if blocks:
+            part = planning.override_blocks(node, blocks)
+            info = planning.PlanInfo("blocks", 0, notes=[f"explicit blocks={blocks}"])
+        else:
+            part, info = planning.plan_blocks(
+                node, strategy=strategy or self.strategy, threads=self.p, free_inputs=free_inputs
+            )
         rel = lower.lower(node, part)
-        return Plan(node, part, rel, sqlgen.to_ast(rel))
+        return Plan(node, part, rel, sqlgen.to_ast(rel), info)
 
-    def run(self, node: E.Node) -> pa.Table:
-        text = self.plan(node).sql(pretty=False)
+    def run(self, node: E.Node, plan: Plan | None = None) -> pa.Table:
+        text = (plan or self.plan(node)).sql(pretty=False)
         with self._lock:
             try:
                 return self.con.sql(text).to_arrow_table()
@@ -204,7 +239,7 @@ class Session:
             raise CatalogError(f"table name must be a non-empty string, got {name!r}")
         if name == catalog.CATALOG or name.startswith("_ts_"):
             raise CatalogError(f"table name {name!r} is reserved by tensorsql")
-        plan = self.plan(rel.node)
+        plan = rel.plan()
         bs = plan.partitioning.block_shapes[id(rel.node)]
         create = exp.Create(
             this=exp.Table(this=ident(name)),
@@ -226,7 +261,7 @@ class Session:
     def materialize(self, rel: TensorRelation) -> TensorRelation:
         if isinstance(rel.node, E.Source):
             return rel
-        plan = self.plan(rel.node)
+        plan = rel.plan()
         bs = plan.partitioning.block_shapes[id(rel.node)]
         name = self._name()
         create = exp.Create(
@@ -401,26 +436,79 @@ class Session:
         dtype: object | None = None,
         join: str | None = None,
         agg: str | None = None,
+        strategy: str | None = None,
+        blocks: dict[object, int] | None = None,
     ) -> TensorRelation:
-        """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (DESIGN.md)."""
+        """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (DESIGN.md).
+
+        Blocking: EinDecomp by default; ``strategy=`` picks another (sqrt, data, model, none, operands)
+        and ``blocks={label: parts}`` fixes the parts of the named labels in every step. numpy operands
+        are uploaded in the blocking the plan wants (they are free to split; stored relations are not).
+        """
+        if strategy is not None and strategy not in planning.STRATEGIES:
+            raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(planning.STRATEGIES)}")
         inputs, output, operands = split_args(args)
-        rels = [self.as_relation(op) for op in operands]
-        sub = parse(inputs, output, [r.shape for r in rels])
-        node = frontend.build(
-            sub,
-            [r.node for r in rels],
-            optimize=optimize,
-            join=join or "multiply",
-            agg=agg or "sum",
-            dtype=dtype,
-        )
-        return TensorRelation(self, node)
+        for op in operands:
+            if isinstance(op, TensorRelation) and op.session is not self:
+                raise ShapeError("operand belongs to another session; save it and open it with table()")
+        arrays = {i: np.asarray(op) for i, op in enumerate(operands) if not isinstance(op, TensorRelation)}
+        shapes_in = [arrays[i].shape if i in arrays else op.shape for i, op in enumerate(operands)]
+        sub = parse(inputs, output, shapes_in)
+        parts = _label_parts(blocks, sub.sizes) if blocks is not None else None
+        kw = {"optimize": optimize, "join": join or "multiply", "agg": agg or "sum", "dtype": dtype}
+
+        blocking = {i: tuple(max(1, n) for n in a.shape) for i, a in arrays.items()}
+        if arrays and parts is None and sum(a.size for a in arrays.values()) >= planning.SMALL_ELEMENTS:
+            holders = {
+                i: E.Source(
+                    shape=a.shape,
+                    dtype=dtype_name(a.dtype),
+                    table=f"_ts_pending_{i}",
+                    block_shape=blocking[i],
+                )
+                for i, a in arrays.items()
+            }
+            nodes = [
+                op.node if isinstance(op, TensorRelation) else holders[i] for i, op in enumerate(operands)
+            ]
+            _, info = planning.plan_blocks(
+                frontend.build(sub, nodes, **kw),
+                strategy=strategy or self.strategy,
+                threads=self.p,
+                free_inputs={id(h) for h in holders.values()},
+            )
+            blocking.update({i: info.input_blocks.get(id(h), blocking[i]) for i, h in holders.items()})
+        rels = [
+            self.from_numpy(arrays[i], block_shape=blocking[i]) if i in arrays else op
+            for i, op in enumerate(operands)
+        ]
+        node = frontend.build(sub, [r.node for r in rels], **kw)
+        free = {id(rels[i].node) for i in arrays}
+        options = {"strategy": strategy, "blocks": parts, "free_inputs": free}
+        return TensorRelation(self, node, plan_options=options)
 
     def map(self, rel: object, fn: str, param: float | None = None) -> TensorRelation:
         """An element-wise function of every element (exp, log, sqrt, relu, neg, abs, pow, scale, ...)."""
         r = self.as_relation(rel)
         node = frontend.map_node(r.node, fn, param)
         return TensorRelation(self, node)
+
+
+def _label_parts(blocks: dict[object, int], sizes: dict[int, int]) -> dict[int, int]:
+    """``blocks={'i': 4, 'k': 2}`` (letters, or ints in the sublist form) -> parts per int label."""
+    from tensorsql.subscripts import letter_label
+
+    if not isinstance(blocks, dict):
+        raise ShapeError(f"blocks must be a dict label -> parts, got {blocks!r}")
+    out: dict[int, int] = {}
+    for key, parts in blocks.items():
+        label = letter_label(key) if isinstance(key, str) and len(key) == 1 else key
+        if not isinstance(label, int) or label not in sizes:
+            raise EinsumError(f"blocks names label {key!r}, which is not in the einsum")
+        if not isinstance(parts, int) or parts < 1 or parts > max(1, sizes[label]):
+            raise ShapeError(f"blocks[{key!r}]={parts!r} must be an int in 1..{max(1, sizes[label])}")
+        out[label] = parts
+    return out
 
 
 def _pos_schema(shape: tuple[int, ...], bs: tuple[int, ...], dtype: str) -> T.Schema:
