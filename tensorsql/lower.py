@@ -56,11 +56,19 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 def lower(root: E.Node, part: Partitioning) -> T.Rel:
     memo: dict[int, T.Rel] = {}
+    reblocked: dict[tuple[int, tuple[int, ...]], T.Rel] = {}
 
     def go(node: E.Node) -> T.Rel:
         if id(node) not in memo:
-            memo[id(node)] = _lower(node, part, go)
+            memo[id(node)] = _lower(node, part, go, reblock)
         return memo[id(node)]
+
+    def reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
+        # one repartition per (relation, target blocking), however many consumers want it
+        key = (id(rel), tuple(block_shape))
+        if key not in reblocked:
+            reblocked[key] = _reblock(rel, block_shape)
+        return reblocked[key]
 
     return go(root)
 
@@ -78,19 +86,19 @@ def _reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
     return T.Repartition(T.Schema(s.keys, s.blob, s.sizes, want, s.dtype), rel)
 
 
-def _lower(node: E.Node, part: Partitioning, go) -> T.Rel:
+def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
     if isinstance(node, E.Source):
         return T.Scan(T.positional(node.shape, node.block_shape, node.dtype), node.table)
     if isinstance(node, E.Reblock):
-        return _reblock(go(node.input), node.block_shape)
+        return reblock(go(node.input), node.block_shape)
     if isinstance(node, E.Map):
-        child = _reblock(go(node.input), part.block_shapes[id(node)])
+        child = reblock(go(node.input), part.block_shapes[id(node)])
         s = child.schema
         return T.MapBlocks(
             T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child, node.fn, node.param
         )
     if isinstance(node, E.Cast):
-        child = _reblock(go(node.input), part.block_shapes[id(node)])
+        child = reblock(go(node.input), part.block_shapes[id(node)])
         s = child.schema
         return T.CastBlocks(T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child)
     if not isinstance(node, E.EinSum):
@@ -101,7 +109,7 @@ def _lower(node: E.Node, part: Partitioning, go) -> T.Rel:
     rels: list[T.Rel] = []
     for child, labels in zip(node.inputs, node.in_labels, strict=True):
         sizes.update(zip(labels, child.shape, strict=True))
-        rel = _reblock(go(child), tuple(blocks[lab] for lab in labels))
+        rel = reblock(go(child), tuple(blocks[lab] for lab in labels))
         names = tuple(label_name(lab) for lab in labels)
         keys = tuple(dict.fromkeys(names))
         schema = T.Schema(

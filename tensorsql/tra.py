@@ -134,8 +134,14 @@ def render(rel: Rel) -> str:
             return f"Map {r.fn}{'' if r.param is None else f'({r.param})'} {base}"
         return f"{type(r).__name__} {base}"
 
+    seen: dict[int, int] = {}
+
     def walk(r: Rel, depth: int) -> None:
-        lines.append("  " * depth + detail(r))
+        if id(r) in seen:  # a DAG: a shared input is computed once, printed once
+            lines.append("  " * depth + f"-> #{seen[id(r)]} (shared)")
+            return
+        seen[id(r)] = len(seen) + 1
+        lines.append("  " * depth + f"#{seen[id(r)]} " + detail(r))
         for c in inputs(r):
             walk(c, depth + 1)
 
