@@ -1,7 +1,8 @@
 """TRA plan -> sqlglot AST (DuckDB dialect). SQL text is produced only by :func:`sql_text`.
 
 Each TRA node becomes a CTE, except that an Aggregate absorbs the row-wise node below it, so a
-contraction is one ``SELECT keys, tensor_sum(tensor_einsum(x.tensor, ..., y.tensor, ...)) ... GROUP BY``.
+contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.tensor, ..., y.tensor, ...)
+... GROUP BY`` (the fused form of ``tensor_<agg>(tensor_einsum(...))``).
 """
 
 from __future__ import annotations
@@ -182,7 +183,18 @@ class _Builder:
                 col("c", "tensor"),
             )
         keys = {k: row.keys[k] for k in rel.schema.keys}
-        tensor = call(AGG_FUNCS[rel.agg], row.tensor, lit(rel.schema.dtype))
+        fused = (
+            isinstance(child, T.Join)
+            and isinstance(row.tensor, exp.Anonymous)
+            and row.tensor.name == "tensor_einsum"
+            and child.agg == rel.agg
+        )
+        if fused:
+            # tensor_<agg>(tensor_einsum(...)) as one native aggregate: the block products accumulate into
+            # the group's output block (GEMM with beta=1 for multiply/sum), no product blob per joined pair
+            tensor = call("tensor_einsum_agg", *[a.copy() for a in row.tensor.expressions])
+        else:
+            tensor = call(AGG_FUNCS[rel.agg], row.tensor, lit(rel.schema.dtype))
         return self.finish(Row(row.source, keys, tensor), group=True)
 
     def repartition(self, rel: T.Repartition) -> exp.Select:

@@ -959,3 +959,162 @@ def test_einsum_block_matmul_in_sql(con):
     for i, k, t in rows:
         c[i * bs : (i + 1) * bs, k * bs : (k + 1) * bs] = unblob(t, "float64", (2, 2))
     np.testing.assert_allclose(c, a @ b)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GEMM mapping of tensor_einsum (multiply/sum) and the fused aggregate tensor_einsum_agg
+# ---------------------------------------------------------------------------------------------------------
+
+# (spec, label sizes): every combination of batch / M / N / K groups, transposed and split layouts,
+# private (summed-away) labels, repeated labels, 0-d operands and size-0 dimensions.
+GEMM_CASES = [
+    ("ab,bc->ac", {"a": 4, "b": 5, "c": 3}),
+    ("ab,cb->ac", {"a": 4, "b": 5, "c": 3}),
+    ("ba,bc->ac", {"a": 4, "b": 5, "c": 3}),
+    ("ba,cb->ac", {"a": 4, "b": 5, "c": 3}),
+    ("ab,bc->ca", {"a": 4, "b": 5, "c": 3}),
+    ("ba,cb->ca", {"a": 4, "b": 5, "c": 3}),
+    ("bij,bjk->bik", {"b": 3, "i": 4, "j": 2, "k": 5}),
+    ("ibj,bjk->bik", {"b": 3, "i": 4, "j": 2, "k": 5}),
+    ("bij,bjk->ikb", {"b": 3, "i": 4, "j": 2, "k": 5}),
+    ("bij,bjk->ibk", {"b": 3, "i": 4, "j": 2, "k": 5}),
+    ("bij,kjb->kib", {"b": 3, "i": 4, "j": 2, "k": 5}),
+    ("abcd,cdef->abef", {"a": 2, "b": 3, "c": 2, "d": 3, "e": 2, "f": 4}),
+    ("abcd,dcef->abef", {"a": 2, "b": 3, "c": 2, "d": 3, "e": 2, "f": 4}),
+    ("acbd,cdef->abef", {"a": 2, "b": 3, "c": 2, "d": 3, "e": 2, "f": 4}),
+    ("abcd,cdef->aebf", {"a": 2, "b": 3, "c": 2, "d": 3, "e": 2, "f": 4}),
+    ("abdfe,cf->abcde", {"a": 2, "b": 3, "c": 2, "d": 3, "e": 2, "f": 4}),
+    ("gikljh,eiklfj->efgh", {"e": 2, "f": 2, "g": 2, "h": 3, "i": 2, "j": 2, "k": 3, "l": 2}),
+    ("i,j->ij", {"i": 4, "j": 3}),
+    ("i,i->", {"i": 7}),
+    ("i,i->i", {"i": 7}),
+    (",->", {}),
+    ("ij,->ji", {"i": 2, "j": 3}),
+    ("ij,j->i", {"i": 4, "j": 3}),
+    ("j,ij->i", {"i": 4, "j": 3}),
+    ("ij,kl->il", {"i": 3, "j": 2, "k": 4, "l": 2}),
+    ("ijk,jl->il", {"i": 3, "j": 2, "k": 4, "l": 2}),
+    ("iij,jk->ik", {"i": 3, "j": 2, "k": 4}),
+    ("ii,i->i", {"i": 4}),
+    ("ab,bc->ac", {"a": 1, "b": 5, "c": 1}),
+    ("ab,bc->ac", {"a": 4, "b": 1, "c": 3}),
+    ("ab,bc->ac", {"a": 4, "b": 0, "c": 3}),
+    ("ab,bc->ac", {"a": 0, "b": 2, "c": 3}),
+    ("bij,bjk->bik", {"b": 0, "i": 2, "j": 2, "k": 2}),
+    ("ijk,jl->il", {"i": 3, "j": 2, "k": 0, "l": 2}),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(
+    ("spec", "sizes"), GEMM_CASES, ids=[f"{s}-{i}" for i, (s, _) in enumerate(GEMM_CASES)]
+)
+def test_einsum_gemm_paths(scon, spec, sizes, dtype):
+    rng = np.random.default_rng(abs(hash((spec, dtype, tuple(sizes.items())))) % 2**32)
+    lhs, _ = spec.split("->")
+    lx, ly = lhs.split(",")
+    x = rand(shape_for(lx, sizes), dtype, rng)
+    y = rand(shape_for(ly, sizes), dtype, rng)
+    want = einsum_ref(spec, "multiply", "sum", dtype, x, y)
+    got = unblob(sql_einsum(scon, spec, "multiply", "sum", dtype, x, y), dtype, want.shape)
+    assert_close(got, want, dtype)
+    # fused over three rows of one group: the sum of three products
+    xs = [x, rand(x.shape, dtype, rng), rand(x.shape, dtype, rng)]
+    ys = [y, rand(y.shape, dtype, rng), rand(y.shape, dtype, rng)]
+    rows = [(blob(a), list(a.shape), blob(b), list(b.shape)) for a, b in zip(xs, ys, strict=True)]
+    got2 = scon.execute(
+        "SELECT tensor_einsum_agg(?, 'multiply', 'sum', ?, x, xs, y, ys) FROM "
+        "(SELECT unnest(?::STRUCT(x BLOB, xs BIGINT[], y BLOB, ys BIGINT[])[], recursive := true))",
+        [spec, dtype, [dict(zip(["x", "xs", "y", "ys"], r, strict=True)) for r in rows]],
+    ).fetchone()[0]
+    want2 = sum(einsum_ref(spec, "multiply", "sum", dtype, a, b) for a, b in zip(xs, ys, strict=True))
+    assert_close(unblob(got2, dtype, want.shape), np.asarray(want2, dtype=np_dtype(dtype)), dtype)
+
+
+def _agg_table(con, dtype: str, rng: np.random.Generator) -> None:
+    """Table g (group), x, xs, y, ys: 'ab,bc->ac' rows with ragged b extents; group 2 only has NULL x."""
+    con.execute("CREATE OR REPLACE TABLE t (g INTEGER, x BLOB, xs BIGINT[], y BLOB, ys BIGINT[])")
+    rows = []
+    for g, ks in [(0, [3, 1, 2]), (1, [4]), (3, [2, 2, 2, 2, 5])]:
+        for k in ks:
+            x = rand((2, k), dtype, rng, positive=True)
+            y = rand((k, 3), dtype, rng, positive=True)
+            rows.append((g, blob(x), [2, k], blob(y), [k, 3]))
+    rows.append((2, None, [2, 2], blob(rand((2, 3), dtype, rng)), [2, 3]))
+    con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("join", JOINS)
+@pytest.mark.parametrize("agg", AGGS)
+def test_einsum_agg_matches_unfused(con, dtype, join, agg):
+    rng = np.random.default_rng(7)
+    _agg_table(con, dtype, rng)
+    args = f"'ab,bc->ac', '{join}', '{agg}', '{dtype}', x, xs, y, ys"
+    fused_q = f"SELECT g, tensor_einsum_agg({args}) FROM t GROUP BY g ORDER BY g"
+    unfused_q = f"SELECT g, tensor_{agg}(tensor_einsum({args}), '{dtype}') FROM t GROUP BY g ORDER BY g"
+    complex_bad = dtype.startswith("complex") and (agg in ("max", "min") or join in ("absdiff", "max", "min"))
+    if complex_bad:
+        with pytest.raises(duckdb.Error, match="not defined for complex"):
+            con.execute(fused_q).fetchall()
+        return
+    fused = con.execute(fused_q).fetchall()
+    unfused = con.execute(unfused_q).fetchall()
+    assert [g for g, _ in fused] == [g for g, _ in unfused] == [0, 1, 2, 3]
+    for (g, a), (_, b) in zip(fused, unfused, strict=True):
+        if g == 2:
+            assert a is None and b is None  # empty group (only NULL rows) -> NULL
+            continue
+        got, want = unblob(a, dtype, (2, 3)), unblob(b, dtype, (2, 3))
+        if dtype.startswith("int") or (join in ("max", "min") and agg in ("max", "min")):
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-3 if dtype in ("float32", "complex64") else 1e-9)
+
+
+def test_einsum_agg_empty_input_is_null(scon):
+    row = scon.execute(
+        "SELECT tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', x, [1, 1], x, [1, 1]) "
+        "FROM (SELECT NULL::BLOB AS x) WHERE false"
+    ).fetchone()
+    assert row[0] is None
+
+
+def test_einsum_agg_errors(con):
+    con.execute("CREATE TABLE e (g INTEGER, x BLOB, xs BIGINT[])")
+    con.execute(
+        "INSERT INTO e VALUES (0, ?, [2, 2]), (0, ?, [2, 3])", [blob(np.ones((2, 2))), blob(np.ones((2, 3)))]
+    )
+    with pytest.raises(duckdb.Error, match="differ in shape"):
+        con.execute(
+            "SELECT tensor_einsum_agg('ab,ab->b', 'multiply', 'sum', 'float64', x, xs, x, xs) "
+            "FROM e GROUP BY g"
+        ).fetchall()
+    with pytest.raises(duckdb.Error, match="bytes but shape"):
+        con.execute(
+            "SELECT tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', x, [3, 3], x, [3, 3]) FROM e"
+        ).fetchall()
+    with pytest.raises(duckdb.Error, match="label 'b' has size"):
+        con.execute(
+            "SELECT tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', x, xs, x, xs) "
+            "FROM e WHERE xs = [2, 3]"
+        ).fetchall()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex64"])
+def test_gemm_threaded_split(ext_path, threads, dtype):
+    """Blocks big enough that a call splits its GEMM over several threads (rows, then batches)."""
+    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
+    udf_kernels.load(c)
+    rng = np.random.default_rng(threads)
+    cases = [("ab,bc->ac", (300, 200), (200, 250)), ("bij,bjk->bik", (4, 150, 160), (4, 160, 170))]
+    for spec, sx, sy in cases:
+        x, y = rand(sx, dtype, rng), rand(sy, dtype, rng)
+        want = einsum_ref(spec, "multiply", "sum", dtype, x, y)
+        got = unblob(sql_einsum(c, spec, "multiply", "sum", dtype, x, y), dtype, want.shape)
+        if dtype.startswith("int"):
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
+    c.close()

@@ -35,6 +35,12 @@ SQL_FUNCTIONS: dict[str, str] = {
         "y BLOB, y_shape BIGINT[]) -> BLOB: Z[lZ] = agg over labels not in lZ of join(X[lX], Y[lY]); "
         "join in multiply|add|subtract|divide|sqdiff|absdiff|max|min, agg in sum|max|min|prod"
     ),
+    "tensor_einsum_agg": (
+        "tensor_einsum_agg(spec VARCHAR, join VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[], "
+        "y BLOB, y_shape BIGINT[]) -> BLOB: aggregate, = tensor_<agg>(tensor_einsum(...), dtype) fused: each "
+        "row's block product accumulates into the group's output block (GEMM with beta=1 for multiply/sum); "
+        "an empty group gives NULL"
+    ),
     "tensor_einsum1": (
         "tensor_einsum1(spec VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BLOB: "
         "unary einsum (transpose, diagonal, reduction), e.g. 'ij->ji', 'ii->i', 'ij->'"
@@ -81,7 +87,8 @@ def extension_path() -> Path:
     """Path of ``tensorsql_kernels.duckdb_extension``, building it if needed.
 
     In a source checkout, builds into ``udf_kernels/_build/`` when the sources are newer than the last
-    build; in an installed package, uses the file ``pip install`` built and shipped beside this module. Raises :class:`KernelBuildError` when none can be had.
+    build; in an installed package, uses the file ``pip install`` built and shipped beside this module.
+    Raises :class:`KernelBuildError` when none can be had.
     """
     from udf_kernels import build as _build
 

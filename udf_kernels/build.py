@@ -12,6 +12,11 @@ The compiled shared library gets DuckDB's 512-byte extension footer appended (me
 reverse order, then 256 zero signature bytes: the extension is unsigned, so connections that load it need
 ``config={"allow_unsigned_extensions": "true"}``).
 
+The block contractions call OpenBLAS from the ``scipy-openblas32`` wheel (a build and run dependency): its
+headers and ``libscipy_openblas.so`` are located through the installed ``scipy_openblas32`` package, and the
+extension is linked with an rpath to that directory (plus ``$ORIGIN/../scipy_openblas32/lib`` for an installed
+wheel), so it loads without LD_LIBRARY_PATH. Every BLAS symbol carries the ``scipy_`` prefix.
+
 Run as ``python -m udf_kernels.build [--force]``.
 """
 
@@ -181,6 +186,32 @@ def _compiler() -> str:
     raise KernelBuildError("no C++17 compiler found (set CXX, or install g++)")
 
 
+def blas_paths() -> tuple[Path, Path, str]:
+    """(include dir, library dir, library name) of the scipy-openblas32 wheel."""
+    try:
+        import scipy_openblas32
+    except ImportError as exc:
+        raise KernelBuildError(
+            "scipy-openblas32 is not installed (pip install scipy-openblas32); the kernels link its BLAS"
+        ) from exc
+    inc = Path(scipy_openblas32.get_include_dir())
+    lib = Path(scipy_openblas32.get_lib_dir())
+    name = scipy_openblas32.get_library()
+    if not (inc / "cblas.h").is_file() or not (lib / f"lib{name}.so").exists():
+        raise KernelBuildError(f"scipy-openblas32 at {lib.parent} lacks cblas.h or lib{name}.so")
+    return inc, lib, name
+
+
+def link_flags() -> list[str]:
+    _inc, lib, name = blas_paths()
+    return [
+        f"-L{lib}",
+        f"-l{name}",
+        f"-Wl,-rpath,{lib}",
+        "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib",
+    ]
+
+
 def compile_flags(include_dir: Path) -> list[str]:
     major, minor, patch = C_API_VERSION
     return [
@@ -195,6 +226,8 @@ def compile_flags(include_dir: Path) -> list[str]:
         "-Wconversion",
         "-isystem",
         str(include_dir),
+        "-isystem",
+        str(blas_paths()[0]),
         f"-DDUCKDB_EXTENSION_API_VERSION_MAJOR={major}",
         f"-DDUCKDB_EXTENSION_API_VERSION_MINOR={minor}",
         f"-DDUCKDB_EXTENSION_API_VERSION_PATCH={patch}",
@@ -263,7 +296,7 @@ def build(force: bool = False) -> Path:
             obj_dir = Path(tmp)
             objects = _run_compiles(cxx, flags, sources, obj_dir)
             lib = obj_dir / "lib.so"
-            link = [cxx, "-shared", "-fPIC", *map(str, objects), "-o", str(lib)]
+            link = [cxx, "-shared", "-fPIC", *map(str, objects), *link_flags(), "-pthread", "-o", str(lib)]
             if sys.platform.startswith("linux"):
                 link.insert(2, "-Wl,-z,defs")  # the extension may only reach DuckDB through the API struct
             proc = subprocess.run(link, capture_output=True, text=True)

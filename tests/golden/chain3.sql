@@ -20,10 +20,7 @@ WITH "t0" AS (
   SELECT
     "x"."i" AS "i",
     "y"."k" AS "k",
-    tensor_sum(
-      tensor_einsum('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 40], "y"."tensor", [40, 3]),
-      'float64'
-    ) AS "tensor"
+    tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 40], "y"."tensor", [40, 3]) AS "tensor"
   FROM "t1" AS "x"
   JOIN "t2" AS "y"
     ON "x"."j" = "y"."j"
@@ -46,10 +43,7 @@ WITH "t0" AS (
   SELECT
     "y"."i" AS "i",
     "x"."l" AS "l",
-    tensor_sum(
-      tensor_einsum('ab,ca->cb', 'multiply', 'sum', 'float64', "x"."tensor", [3, 50], "y"."tensor", [4, 3]),
-      'float64'
-    ) AS "tensor"
+    tensor_einsum_agg('ab,ca->cb', 'multiply', 'sum', 'float64', "x"."tensor", [3, 50], "y"."tensor", [4, 3]) AS "tensor"
   FROM "t0" AS "x"
   JOIN "t5" AS "y"
     ON "x"."k" = "y"."k"

@@ -14,10 +14,7 @@ WITH "t0" AS (
   SELECT
     "x"."i" AS "i",
     "y"."k" AS "k",
-    tensor_sum(
-      tensor_einsum('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 3], "y"."tensor", [3, 5]),
-      'float64'
-    ) AS "tensor"
+    tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 3], "y"."tensor", [3, 5]) AS "tensor"
   FROM "t0" AS "x"
   JOIN "t1" AS "y"
     ON "x"."j" = "y"."j"

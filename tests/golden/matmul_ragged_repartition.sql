@@ -54,18 +54,15 @@ WITH "t0" AS (
   SELECT
     "x"."i" AS "i",
     "y"."k" AS "k",
-    tensor_sum(
-      tensor_einsum(
-        'ab,bc->ac',
-        'multiply',
-        'sum',
-        'float64',
-        "x"."tensor",
-        [least(2, 5 - 2 * "x"."i"), least(3, 4 - 3 * "x"."j")],
-        "y"."tensor",
-        [least(3, 4 - 3 * "y"."j"), 3]
-      ),
-      'float64'
+    tensor_einsum_agg(
+      'ab,bc->ac',
+      'multiply',
+      'sum',
+      'float64',
+      "x"."tensor",
+      [least(2, 5 - 2 * "x"."i"), least(3, 4 - 3 * "x"."j")],
+      "y"."tensor",
+      [least(3, 4 - 3 * "y"."j"), 3]
     ) AS "tensor"
   FROM "t1" AS "x"
   JOIN "t2" AS "y"

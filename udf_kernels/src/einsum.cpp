@@ -7,6 +7,10 @@
 #include "functions.hpp"
 #include "ops.hpp"
 #include "spec.hpp"
+#include "gemm.hpp"
+#include "agg_state.hpp"
+
+#include <memory>
 
 namespace tsk {
 namespace {
@@ -92,48 +96,6 @@ struct JMin {
 	}
 };
 
-// Calls body(ox, oy) for every index combination of the loops L[0..n), with the operand offsets.
-template <class Body>
-inline void odometer(const Loop *L, size_t n, int64_t bx, int64_t by, Body &&body) {
-	if (n == 0) {
-		body(bx, by);
-		return;
-	}
-	for (size_t k = 0; k < n; k++) {
-		if (L[k].size == 0) {
-			return;
-		}
-	}
-	int64_t idx[kNumLabels] = {};
-	int64_t ox = bx;
-	int64_t oy = by;
-	const Loop &last = L[n - 1];
-	while (true) {
-		int64_t ix = ox;
-		int64_t iy = oy;
-		for (int64_t t = 0; t < last.size; t++) {
-			body(ix, iy);
-			ix += last.sx;
-			iy += last.sy;
-		}
-		size_t k = n - 1;
-		while (true) {
-			if (k == 0) {
-				return;
-			}
-			--k;
-			ox += L[k].sx;
-			oy += L[k].sy;
-			if (++idx[k] < L[k].size) {
-				break;
-			}
-			ox -= L[k].sx * L[k].size;
-			oy -= L[k].sy * L[k].size;
-			idx[k] = 0;
-		}
-	}
-}
-
 template <class T, class J, class A, bool BIN>
 void kernel(const Plan &p, const T *x, const T *y, T *z) {
 	T *zp = z;
@@ -162,112 +124,437 @@ void kernel(const Plan &p, const T *x, const T *y, T *z) {
 	});
 }
 
+// z[i] = A(z[i], A-reduction over the inner loops of J(x, y)): the fused form of tensor_<agg>(tensor_einsum(...)).
+template <class T, class J, class A, bool BIN>
+void kernel_acc(const Plan &p, const T *x, const T *y, T *z) {
+	T *zp = z;
+	odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {
+		T acc = *zp;
+		if (p.inner.empty()) {
+			if constexpr (BIN) {
+				acc = A::f(acc, J::f(x[ox], y[oy]));
+			} else {
+				(void)oy;
+				acc = A::f(acc, x[ox]);
+			}
+		} else {
+			odometer(p.inner.data(), p.inner.size(), ox, oy, [&](int64_t a, int64_t b) {
+				if constexpr (BIN) {
+					acc = A::f(acc, J::f(x[a], y[b]));
+				} else {
+					(void)b;
+					acc = A::f(acc, x[a]);
+				}
+			});
+		}
+		*zp++ = acc;
+	});
+}
+
 [[noreturn]] void not_for_complex(const char *fn, const char *what, const char *name, const char *dtype) {
 	fail(std::string(fn) + ": " + what + " '" + name + "' is not defined for complex (dtype " + dtype + ")");
 }
 
-template <class T, class J, bool BIN>
+template <class T, class J, class A, bool BIN, bool ACC>
+void kernel_any(const Plan &p, const T *x, const T *y, T *z) {
+	if constexpr (ACC) {
+		kernel_acc<T, J, A, BIN>(p, x, y, z);
+	} else {
+		kernel<T, J, A, BIN>(p, x, y, z);
+	}
+}
+
+template <class T, class J, bool BIN, bool ACC = false>
 void run_agg(Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
 	switch (agg) {
 	case Agg::Sum:
-		return kernel<T, J, ASum, BIN>(p, x, y, z);
+		return kernel_any<T, J, ASum, BIN, ACC>(p, x, y, z);
 	case Agg::Prod:
-		return kernel<T, J, AProd, BIN>(p, x, y, z);
+		return kernel_any<T, J, AProd, BIN, ACC>(p, x, y, z);
 	case Agg::Max:
 		if constexpr (is_complex_v<T>) {
 			not_for_complex(fn, "agg", "max", name_of<T>());
 		} else {
-			return kernel<T, J, AMax, BIN>(p, x, y, z);
+			return kernel_any<T, J, AMax, BIN, ACC>(p, x, y, z);
 		}
 	case Agg::Min:
 		if constexpr (is_complex_v<T>) {
 			not_for_complex(fn, "agg", "min", name_of<T>());
 		} else {
-			return kernel<T, J, AMin, BIN>(p, x, y, z);
+			return kernel_any<T, J, AMin, BIN, ACC>(p, x, y, z);
 		}
 	}
 }
 
-template <class T>
+template <class T, bool ACC = false>
 void run_join(Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
 	switch (join) {
 	case Join::Mul:
-		return run_agg<T, JMul, true>(agg, p, x, y, z, fn);
+		return run_agg<T, JMul, true, ACC>(agg, p, x, y, z, fn);
 	case Join::Add:
-		return run_agg<T, JAdd, true>(agg, p, x, y, z, fn);
+		return run_agg<T, JAdd, true, ACC>(agg, p, x, y, z, fn);
 	case Join::Sub:
-		return run_agg<T, JSub, true>(agg, p, x, y, z, fn);
+		return run_agg<T, JSub, true, ACC>(agg, p, x, y, z, fn);
 	case Join::Div:
-		return run_agg<T, JDiv, true>(agg, p, x, y, z, fn);
+		return run_agg<T, JDiv, true, ACC>(agg, p, x, y, z, fn);
 	case Join::SqDiff:
-		return run_agg<T, JSqDiff, true>(agg, p, x, y, z, fn);
+		return run_agg<T, JSqDiff, true, ACC>(agg, p, x, y, z, fn);
 	case Join::AbsDiff:
 		if constexpr (is_complex_v<T>) {
 			not_for_complex(fn, "join", "absdiff", name_of<T>());
 		} else {
-			return run_agg<T, JAbsDiff, true>(agg, p, x, y, z, fn);
+			return run_agg<T, JAbsDiff, true, ACC>(agg, p, x, y, z, fn);
 		}
 	case Join::Max:
 		if constexpr (is_complex_v<T>) {
 			not_for_complex(fn, "join", "max", name_of<T>());
 		} else {
-			return run_agg<T, JMax, true>(agg, p, x, y, z, fn);
+			return run_agg<T, JMax, true, ACC>(agg, p, x, y, z, fn);
 		}
 	case Join::Min:
 		if constexpr (is_complex_v<T>) {
 			not_for_complex(fn, "join", "min", name_of<T>());
 		} else {
-			return run_agg<T, JMin, true>(agg, p, x, y, z, fn);
+			return run_agg<T, JMin, true, ACC>(agg, p, x, y, z, fn);
 		}
 	}
 }
 
 } // namespace
 
+namespace {
+
+bool gemm_dtype(DType) {
+	return true; // floats/complex via BLAS, integers via the native blocked loop
+}
+
+bool is_integer_dtype(DType d) {
+	return d == DType::I32 || d == DType::I64;
+}
+
+// Remembers the last contraction plan (shapes change only at ragged edges).
+class ContractionCache {
+public:
+	const Contraction &get(const Spec &spec, const Shape &xs, const Shape &ys, DType dt, const char *fn) {
+		const bool integer = is_integer_dtype(dt);
+		if (!has_ || spec.text != spec_ || xs != xs_ || ys != ys_ || itemsize(dt) != isz_ || integer != integer_) {
+			c_ = plan_contraction(spec, xs, ys, itemsize(dt), integer, fn);
+			spec_ = spec.text;
+			xs_ = xs;
+			ys_ = ys;
+			isz_ = itemsize(dt);
+			integer_ = integer;
+			has_ = true;
+		}
+		return c_;
+	}
+
+private:
+	bool has_ = false;
+	std::string spec_;
+	Shape xs_, ys_;
+	size_t isz_ = 0;
+	bool integer_ = false;
+	Contraction c_;
+};
+
+// Plan (generic loop) cache, same idea.
+class PlanCache {
+public:
+	const Plan &get(const Spec &spec, const Shape &xs, const Shape &ys, DType dt, const char *fn) {
+		if (!has_ || spec.text != spec_ || xs != xs_ || ys != ys_ || itemsize(dt) != isz_) {
+			static const char *const names[] = {"x", "y"};
+			const Shape *shapes[] = {&xs, &ys};
+			p_ = make_plan(spec, shapes, names, itemsize(dt), fn);
+			spec_ = spec.text;
+			xs_ = xs;
+			ys_ = ys;
+			isz_ = itemsize(dt);
+			has_ = true;
+		}
+		return p_;
+	}
+
+private:
+	bool has_ = false;
+	std::string spec_;
+	Shape xs_, ys_;
+	size_t isz_ = 0;
+	Plan p_;
+};
+
+ThreadBudget *budget_of(void *extra) {
+	return extra == nullptr ? nullptr : static_cast<BudgetPtr *>(extra)->get();
+}
+
+// The arguments of tensor_einsum / tensor_einsum_agg (same signature), read row by row.
+struct EinsumArgs {
+	Col spec_c, join_c, agg_c, dtype_c, x_c;
+	ListCol xs_c;
+	Col y_c;
+	ListCol ys_c;
+	Cached<Spec> specs;
+	Cached<Join> joins;
+	Cached<Agg> aggs;
+	DTypeArg dtypes;
+	Shape xs, ys;
+
+	explicit EinsumArgs(duckdb_data_chunk input)
+	    : spec_c(input, 0), join_c(input, 1), agg_c(input, 2), dtype_c(input, 3), x_c(input, 4), xs_c(input, 5),
+	      y_c(input, 6), ys_c(input, 7) {
+	}
+	bool valid(idx_t row) const {
+		return spec_c.valid(row) && join_c.valid(row) && agg_c.valid(row) && dtype_c.valid(row) &&
+		       x_c.valid(row) && xs_c.valid(row) && y_c.valid(row) && ys_c.valid(row);
+	}
+	struct Row {
+		const Spec *spec;
+		Join join;
+		Agg agg;
+		DType dt;
+		Bytes xb, yb;
+	};
+	Row read(idx_t row, const char *fn) {
+		Row r;
+		r.spec = &specs.get(spec_c.str(row), [fn](const Bytes &b) { return parse_spec(b, 2, fn); });
+		r.join = joins.get(join_c.str(row), [fn](const Bytes &b) { return parse_join(b, fn); });
+		r.agg = aggs.get(agg_c.str(row), [fn](const Bytes &b) { return parse_agg(b, fn); });
+		r.dt = dtypes.get(dtype_c.str(row), fn);
+		r.xb = x_c.str(row);
+		r.yb = y_c.str(row);
+		xs_c.get(row, xs, fn, "x_shape");
+		ys_c.get(row, ys, fn, "y_shape");
+		check_operand(fn, "x", r.xb, xs, r.dt);
+		check_operand(fn, "y", r.yb, ys, r.dt);
+		return r;
+	}
+};
+
+} // namespace
+
 void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum";
 	guard_scalar(info, FN, [&] {
+		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
 		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col spec_c(input, 0), join_c(input, 1), agg_c(input, 2), dtype_c(input, 3), x_c(input, 4);
-		ListCol xs_c(input, 5);
-		Col y_c(input, 6);
-		ListCol ys_c(input, 7);
-		Cached<Spec> specs;
-		Cached<Join> joins;
-		Cached<Agg> aggs;
-		DTypeArg dtypes;
-		Shape xs, ys;
+		EinsumArgs args(input);
+		ContractionCache contractions;
+		PlanCache plans;
+		GemmScratch scratch;
 		AlignedBuf xa, ya, zb;
-		static const char *const names[] = {"x", "y"};
 		for (idx_t row = 0; row < count; row++) {
-			if (!spec_c.valid(row) || !join_c.valid(row) || !agg_c.valid(row) || !dtype_c.valid(row) ||
-			    !x_c.valid(row) || !xs_c.valid(row) || !y_c.valid(row) || !ys_c.valid(row)) {
+			if (!args.valid(row)) {
 				set_null(output, row);
 				continue;
 			}
-			const Spec &spec = specs.get(spec_c.str(row), [](const Bytes &b) { return parse_spec(b, 2, FN); });
-			const Join join = joins.get(join_c.str(row), [](const Bytes &b) { return parse_join(b, FN); });
-			const Agg agg = aggs.get(agg_c.str(row), [](const Bytes &b) { return parse_agg(b, FN); });
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			const Bytes yb = y_c.str(row);
-			xs_c.get(row, xs, FN, "x_shape");
-			ys_c.get(row, ys, FN, "y_shape");
-			check_operand(FN, "x", xb, xs, dt);
-			check_operand(FN, "y", yb, ys, dt);
-			const Shape *shapes[] = {&xs, &ys};
-			const Plan plan = make_plan(spec, shapes, names, itemsize(dt), FN);
-			const size_t out_bytes = plan.out_numel * itemsize(dt);
-			dispatch(dt, [&](auto tag) {
-				using T = typename decltype(tag)::type;
-				const T *x = aligned_view<T>(xb, xa);
-				const T *y = aligned_view<T>(yb, ya);
-				T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
-				run_join<T>(join, agg, plan, x, y, z, FN);
-			});
+			const EinsumArgs::Row r = args.read(row, FN);
+			const bool gemm = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
+			size_t out_bytes = 0;
+			if (gemm) {
+				const Contraction &c = contractions.get(*r.spec, args.xs, args.ys, r.dt, FN);
+				out_bytes = c.out_numel * itemsize(r.dt);
+				dispatch(r.dt, [&](auto tag) {
+					using T = typename decltype(tag)::type;
+					const T *x = aligned_view<T>(r.xb, xa);
+					const T *y = aligned_view<T>(r.yb, ya);
+					T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
+					contract<T>(c, x, y, z, false, budget, scratch);
+				});
+			} else {
+				const Plan &plan = plans.get(*r.spec, args.xs, args.ys, r.dt, FN);
+				out_bytes = plan.out_numel * itemsize(r.dt);
+				dispatch(r.dt, [&](auto tag) {
+					using T = typename decltype(tag)::type;
+					const T *x = aligned_view<T>(r.xb, xa);
+					const T *y = aligned_view<T>(r.yb, ya);
+					T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
+					run_join<T>(r.join, r.agg, plan, x, y, z, FN);
+				});
+			}
 			set_blob(output, row, zb.data(), out_bytes);
 		}
 	});
+}
+
+// ---- tensor_einsum_agg: tensor_<agg>(tensor_einsum(...)) fused into one aggregate ----
+
+namespace {
+
+struct EinsumAggState {
+	static constexpr const char *kName = "tensor_einsum_agg";
+	DType dtype = DType::F64;
+	Agg agg = Agg::Sum;
+	Shape out_shape;
+	AlignedBuf buf;
+};
+
+template <class T>
+T agg_identity(Agg a) {
+	switch (a) {
+	case Agg::Sum:
+		return ASum::identity<T>();
+	case Agg::Prod:
+		return AProd::identity<T>();
+	case Agg::Max:
+		if constexpr (!is_complex_v<T>) {
+			return AMax::identity<T>();
+		}
+		break;
+	case Agg::Min:
+		if constexpr (!is_complex_v<T>) {
+			return AMin::identity<T>();
+		}
+		break;
+	}
+	return T(0);
+}
+
+void combine_into(Agg agg, DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
+	switch (agg) {
+	case Agg::Sum:
+		return reduce_into<ASum>(dt, acc, src, n, fn);
+	case Agg::Prod:
+		return reduce_into<AProd>(dt, acc, src, n, fn);
+	case Agg::Max:
+		return reduce_into<AMax>(dt, acc, src, n, fn);
+	case Agg::Min:
+		return reduce_into<AMin>(dt, acc, src, n, fn);
+	}
+}
+
+void check_state(const EinsumAggState &st, DType dt, Agg agg, const Shape &out, const char *fn) {
+	check_same_dtype(fn, st.dtype, dt);
+	if (st.agg != agg) {
+		fail(std::string(fn) + ": agg changes within a group");
+	}
+	if (st.out_shape != out) {
+		fail(std::string(fn) + ": output blocks in a group differ in shape (" + shape_str(st.out_shape) + " then " +
+		     shape_str(out) + ")");
+	}
+}
+
+void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
+	static constexpr const char *FN = EinsumAggState::kName;
+	guard_aggregate(info, FN, [&] {
+		ThreadBudget *budget = budget_of(duckdb_aggregate_function_get_extra_info(info));
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		EinsumArgs args(input);
+		ContractionCache contractions;
+		PlanCache plans;
+		GemmScratch scratch;
+		AlignedBuf xa, ya;
+		for (idx_t row = 0; row < count; row++) {
+			if (!args.valid(row)) {
+				continue;
+			}
+			const EinsumArgs::Row r = args.read(row, FN);
+			const bool gemm = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
+			const Contraction *c = nullptr;
+			const Plan *plan = nullptr;
+			const Shape *out_shape;
+			uint64_t out_numel;
+			if (gemm) {
+				c = &contractions.get(*r.spec, args.xs, args.ys, r.dt, FN);
+				out_shape = &c->out_shape;
+				out_numel = c->out_numel;
+			} else {
+				plan = &plans.get(*r.spec, args.xs, args.ys, r.dt, FN);
+				out_shape = &plan->out_shape;
+				out_numel = plan->out_numel;
+			}
+			EinsumAggState *&st = slot<EinsumAggState>(states[row]);
+			dispatch(r.dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				if (st == nullptr) {
+					if constexpr (is_complex_v<T>) {
+						if (r.agg == Agg::Max || r.agg == Agg::Min) {
+							not_for_complex(FN, "agg", r.agg == Agg::Max ? "max" : "min", name_of<T>());
+						}
+					}
+					auto fresh = std::make_unique<EinsumAggState>();
+					fresh->dtype = r.dt;
+					fresh->agg = r.agg;
+					fresh->out_shape = *out_shape;
+					T *p = reinterpret_cast<T *>(fresh->buf.resize(out_numel * sizeof(T)));
+					const T id = agg_identity<T>(r.agg);
+					for (uint64_t i = 0; i < out_numel; i++) {
+						p[i] = id;
+					}
+					st = fresh.release();
+				} else {
+					check_state(*st, r.dt, r.agg, *out_shape, FN);
+				}
+				const T *x = aligned_view<T>(r.xb, xa);
+				const T *y = aligned_view<T>(r.yb, ya);
+				T *z = st->buf.template as<T>();
+				if (gemm) {
+					contract<T>(*c, x, y, z, true, budget, scratch);
+				} else {
+					run_join<T, true>(r.join, r.agg, *plan, x, y, z, FN);
+				}
+			});
+		}
+	});
+}
+
+void einsum_agg_combine(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_aggregate_state *target,
+                        idx_t count) {
+	static constexpr const char *FN = EinsumAggState::kName;
+	guard_aggregate(info, FN, [&] {
+		for (idx_t i = 0; i < count; i++) {
+			const EinsumAggState *src = slot<EinsumAggState>(source[i]);
+			if (src == nullptr) {
+				continue;
+			}
+			EinsumAggState *&tgt = slot<EinsumAggState>(target[i]);
+			if (tgt == nullptr) {
+				tgt = new EinsumAggState(*src);
+				continue;
+			}
+			check_state(*tgt, src->dtype, src->agg, src->out_shape, FN);
+			combine_into(tgt->agg, tgt->dtype, tgt->buf.data(), src->buf.data(),
+			             src->buf.size() / itemsize(src->dtype), FN);
+		}
+	});
+}
+
+void delete_budget(void *p) {
+	delete static_cast<BudgetPtr *>(p);
+}
+
+} // namespace
+
+bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
+	using T = Ty;
+	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
+	duckdb_scalar_function f = duckdb_create_scalar_function();
+	duckdb_scalar_function_set_name(f, "tensor_einsum");
+	for (Ty t : {V, V, V, V, B, L, B, L}) {
+		TypeHandle h(t);
+		duckdb_scalar_function_add_parameter(f, h.get());
+	}
+	{
+		TypeHandle r(B);
+		duckdb_scalar_function_set_return_type(f, r.get());
+	}
+	duckdb_scalar_function_set_function(f, tensor_einsum);
+	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_budget);
+	bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
+	duckdb_destroy_scalar_function(&f);
+	if (!ok) {
+		return false;
+	}
+	duckdb_aggregate_function a = make_aggregate(AggDef {EinsumAggState::kName,
+	                                                     {V, V, V, V, B, L, B, L},
+	                                                     state_init<EinsumAggState>,
+	                                                     einsum_agg_update,
+	                                                     einsum_agg_combine,
+	                                                     state_finalize<EinsumAggState>,
+	                                                     state_destroy<EinsumAggState>});
+	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
+	ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
+	duckdb_destroy_aggregate_function(&a);
+	return ok;
 }
 
 void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {

@@ -3,6 +3,8 @@
 
 #include "common.hpp"
 
+#include <memory>
+
 namespace tsk {
 
 // einsum.cpp
@@ -24,6 +26,10 @@ void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
+// einsum.cpp: registers tensor_einsum (scalar) and tensor_einsum_agg (aggregate), sharing one thread budget.
+class ThreadBudget;
+bool register_einsum_functions(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
 
 // aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack.
 bool register_aggregates(duckdb_connection con);

@@ -1,6 +1,9 @@
 // Extension entry point: registers every SQL function of tensorsql_kernels on the loading connection.
 #define DUCKDB_EXTENSION_NAME tensorsql_kernels
 #include "functions.hpp"
+#include "gemm.hpp"
+
+#include <thread>
 
 #include <initializer_list>
 
@@ -68,11 +71,29 @@ bool add_scalar(duckdb_connection con, const char *name, std::initializer_list<T
 	return ok;
 }
 
+// DuckDB's `threads` setting of the database this connection belongs to (hardware threads if unknown).
+int database_threads(duckdb_connection con) {
+	int fallback = static_cast<int>(std::thread::hardware_concurrency());
+	fallback = fallback < 1 ? 1 : fallback;
+	duckdb_result res;
+	if (duckdb_query(con, "SELECT CAST(current_setting('threads') AS BIGINT)", &res) != DuckDBSuccess) {
+		duckdb_destroy_result(&res);
+		return fallback;
+	}
+	const int64_t v = duckdb_value_int64(&res, 0, 0);
+	duckdb_destroy_result(&res);
+	return v >= 1 && v <= 4096 ? static_cast<int>(v) : fallback;
+}
+
 bool register_all(duckdb_connection con) {
 	using T = Ty;
+	blas_single_threaded();
+	auto budget = std::make_shared<ThreadBudget>(database_threads(con));
+	if (!register_einsum_functions(con, budget)) {
+		return false;
+	}
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
 	bool ok = true;
-	ok = ok && add_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum);
 	ok = ok && add_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1);
 	ok = ok && add_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast);
 	ok = ok && add_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros);

@@ -50,4 +50,46 @@ struct Plan {
 Plan make_plan(const Spec &spec, const Shape *const shapes[], const char *const names[], size_t itemsize,
                const char *fn);
 
+// Calls body(ox, oy) for every index combination of the loops L[0..n), with the operand offsets.
+template <class Body>
+inline void odometer(const Loop *L, size_t n, int64_t bx, int64_t by, Body &&body) {
+	if (n == 0) {
+		body(bx, by);
+		return;
+	}
+	for (size_t k = 0; k < n; k++) {
+		if (L[k].size == 0) {
+			return;
+		}
+	}
+	int64_t idx[kNumLabels] = {};
+	int64_t ox = bx;
+	int64_t oy = by;
+	const Loop &last = L[n - 1];
+	while (true) {
+		int64_t ix = ox;
+		int64_t iy = oy;
+		for (int64_t t = 0; t < last.size; t++) {
+			body(ix, iy);
+			ix += last.sx;
+			iy += last.sy;
+		}
+		size_t k = n - 1;
+		while (true) {
+			if (k == 0) {
+				return;
+			}
+			--k;
+			ox += L[k].sx;
+			oy += L[k].sy;
+			if (++idx[k] < L[k].size) {
+				break;
+			}
+			ox -= L[k].sx * L[k].size;
+			oy -= L[k].sy * L[k].size;
+			idx[k] = 0;
+		}
+	}
+}
+
 } // namespace tsk

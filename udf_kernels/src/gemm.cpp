@@ -1,0 +1,433 @@
+#include "gemm.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <climits>
+#include <thread>
+
+namespace tsk {
+
+void blas_single_threaded() {
+	scipy_openblas_set_num_threads(1);
+}
+
+namespace {
+
+// Work below this many flops per thread is not worth another thread (spawn + join cost ~30 us).
+constexpr double kFlopsPerThread = 12.0e6;
+
+bool unit(int64_t stride, int64_t extent) {
+	return extent <= 1 || stride == 1;
+}
+
+// Fuses a group of labels (in the given order) into one strided dimension of an operand: adjacent in the
+// layout, same order. Size-1 labels are ignored. stride = the group's innermost stride (0 when trivial).
+bool fuse(const std::vector<int> &group, const int64_t *size, const int64_t *stride, int64_t &out) {
+	out = 0;
+	int64_t expect = -1;
+	for (size_t i = group.size(); i-- > 0;) {
+		const int l = group[i];
+		if (size[l] == 1) {
+			continue;
+		}
+		if (expect < 0) {
+			out = stride[l];
+		} else if (stride[l] != expect) {
+			return false;
+		}
+		expect = stride[l] * size[l];
+	}
+	return true;
+}
+
+int64_t prod(const std::vector<int> &group, const int64_t *size) {
+	int64_t p = 1;
+	for (int l : group) {
+		p *= size[l];
+	}
+	return p;
+}
+
+// BLAS view of a rows x cols matrix with strides (sr, sc): sets trans/ld; false when it has no unit stride.
+bool blas_view(int64_t rows, int64_t cols, int64_t sr, int64_t sc, bool &trans, int64_t &ld) {
+	if (unit(sc, cols)) {
+		trans = false;
+		ld = rows <= 1 ? std::max<int64_t>(1, cols) : sr;
+		return ld >= std::max<int64_t>(1, cols) && ld <= INT_MAX;
+	}
+	if (unit(sr, rows)) {
+		trans = true;
+		ld = cols <= 1 ? std::max<int64_t>(1, rows) : sc;
+		return ld >= std::max<int64_t>(1, rows) && ld <= INT_MAX;
+	}
+	return false;
+}
+
+struct LabelInfo {
+	int64_t size[kNumLabels];
+	int64_t stride[2][kNumLabels];
+	int count[2][kNumLabels];
+};
+
+OperandPlan plan_operand(int op, const LabelInfo &li, const std::vector<int> &bg, const std::vector<int> &rows,
+                         const std::vector<int> &cols, const std::vector<int> &priv, int64_t nb, int64_t nrows,
+                         int64_t ncols, bool integer, bool is_b) {
+	OperandPlan p;
+	bool ok = priv.empty();
+	for (const auto *g : {&bg, &rows, &cols}) {
+		for (int l : *g) {
+			ok = ok && li.count[op][l] == 1;
+		}
+	}
+	ok = ok && fuse(bg, li.size, li.stride[op], p.sb) && fuse(rows, li.size, li.stride[op], p.sr) &&
+	     fuse(cols, li.size, li.stride[op], p.sc);
+	if (ok) {
+		if (integer) {
+			ok = !is_b || unit(p.sc, ncols);
+		} else {
+			ok = blas_view(nrows, ncols, p.sr, p.sc, p.trans, p.ld);
+		}
+	}
+	if (ok) {
+		return p;
+	}
+	p = OperandPlan {};
+	p.pack = true;
+	for (const auto *g : {&bg, &rows, &cols}) {
+		for (int l : *g) {
+			p.pack_outer.push_back(Loop {li.size[l], li.stride[op][l], 0});
+		}
+	}
+	for (int l : priv) {
+		p.pack_inner.push_back(Loop {li.size[l], li.stride[op][l], 0});
+	}
+	p.pack_numel = static_cast<uint64_t>(nb * nrows * ncols);
+	p.sb = nrows * ncols;
+	p.sr = ncols;
+	p.sc = 1;
+	p.trans = false;
+	p.ld = std::max<int64_t>(1, ncols);
+	return p;
+}
+
+} // namespace
+
+Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys, size_t isz, bool integer,
+                             const char *fn) {
+	static const char *const names[] = {"x", "y"};
+	const Shape *shapes[] = {&xs, &ys};
+	const Plan base = make_plan(spec, shapes, names, isz, fn); // validates ranks, label sizes, output size
+	Contraction c;
+	c.out_shape = base.out_shape;
+	c.out_numel = base.out_numel;
+
+	LabelInfo li {};
+	std::vector<int> order;
+	bool seen[kNumLabels] = {};
+	for (int i = 0; i < 2; i++) {
+		const std::string &labels = spec.inputs[i];
+		const Shape &shape = *shapes[i];
+		int64_t st = 1;
+		for (size_t d = labels.size(); d-- > 0;) {
+			const int l = label_index(labels[d]);
+			li.size[l] = shape[d];
+			li.stride[i][l] += st;
+			li.count[i][l] += 1;
+			st *= shape[d];
+		}
+		for (char ch : labels) {
+			const int l = label_index(ch);
+			if (!seen[l]) {
+				seen[l] = true;
+				order.push_back(l);
+			}
+		}
+	}
+	bool in_z[kNumLabels] = {};
+	int64_t zstride[kNumLabels] = {};
+	{
+		int64_t st = 1;
+		for (size_t d = spec.output.size(); d-- > 0;) {
+			const int l = label_index(spec.output[d]);
+			in_z[l] = true;
+			zstride[l] = st;
+			st *= li.size[l];
+		}
+	}
+	std::vector<int> B, M, N, K, PX, PY;
+	for (char ch : spec.output) {
+		const int l = label_index(ch);
+		const bool x = li.count[0][l] > 0, y = li.count[1][l] > 0;
+		(x && y ? B : x ? M : N).push_back(l);
+	}
+	for (int l : order) {
+		if (in_z[l]) {
+			continue;
+		}
+		const bool x = li.count[0][l] > 0, y = li.count[1][l] > 0;
+		(x && y ? K : x ? PX : PY).push_back(l);
+	}
+	for (int l : order) {
+		if (li.size[l] == 0) {
+			c.empty = true;
+		}
+	}
+	auto kind_str = [](const char *name, const std::vector<int> &g) {
+		std::string s = name;
+		s += ":";
+		for (int l : g) {
+			s += static_cast<char>(l < 26 ? 'a' + l : 'A' + (l - 26));
+		}
+		return s + " ";
+	};
+	c.kinds = kind_str("B", B) + kind_str("M", M) + kind_str("N", N) + kind_str("K", K) + kind_str("PX", PX) +
+	          kind_str("PY", PY);
+	if (c.empty) {
+		return c;
+	}
+	const int64_t nb = prod(B, li.size), m = prod(M, li.size), n = prod(N, li.size), k = prod(K, li.size);
+	c.flops = 2.0 * static_cast<double>(nb) * static_cast<double>(m) * static_cast<double>(n) *
+	          static_cast<double>(k);
+
+	// Orientation from Z's layout.
+	int64_t zb = 0, zm = 0, zn = 0;
+	const bool zfuse = fuse(B, li.size, zstride, zb) && fuse(M, li.size, zstride, zm) && fuse(N, li.size, zstride, zn);
+	bool trans_dummy = false;
+	int64_t ldc = 0;
+	if (zfuse && unit(zn, n) && blas_view(m, n, zm, 1, trans_dummy, ldc) && !trans_dummy) {
+		c.swap = false;
+		c.cb = zb;
+		c.cr = ldc;
+	} else if (zfuse && unit(zm, m) && blas_view(n, m, zn, 1, trans_dummy, ldc) && !trans_dummy) {
+		c.swap = true;
+		c.cb = zb;
+		c.cr = ldc;
+	} else {
+		c.swap = false;
+		c.pack_c = true;
+		c.cb = m * n;
+		c.cr = std::max<int64_t>(1, n);
+		// scratch layout [B, M, N]: stride of each label there
+		int64_t sstride[kNumLabels] = {};
+		int64_t st = 1;
+		std::vector<int> canon;
+		canon.insert(canon.end(), B.begin(), B.end());
+		canon.insert(canon.end(), M.begin(), M.end());
+		canon.insert(canon.end(), N.begin(), N.end());
+		for (size_t i = canon.size(); i-- > 0;) {
+			sstride[canon[i]] = st;
+			st *= li.size[canon[i]];
+		}
+		for (char ch : spec.output) {
+			const int l = label_index(ch);
+			c.unpack.push_back(Loop {li.size[l], sstride[l], 0});
+		}
+	}
+	c.nb = nb;
+	c.m = c.swap ? n : m;
+	c.n = c.swap ? m : n;
+	c.k = k;
+	if (c.swap) {
+		c.a = plan_operand(1, li, B, N, K, PY, nb, n, k, integer, false);
+		c.b = plan_operand(0, li, B, K, M, PX, nb, k, m, integer, true);
+	} else {
+		c.a = plan_operand(0, li, B, M, K, PX, nb, m, k, integer, false);
+		c.b = plan_operand(1, li, B, K, N, PY, nb, k, n, integer, true);
+	}
+	if (c.m > INT_MAX || c.n > INT_MAX || c.k > INT_MAX) {
+		fail(std::string(fn) + ": a GEMM dimension exceeds the BLAS integer range");
+	}
+	return c;
+}
+
+namespace {
+
+template <class T>
+const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf) {
+	T *dst = reinterpret_cast<T *>(buf.resize(p.pack_numel * sizeof(T)));
+	T *d = dst;
+	if (p.pack_inner.empty()) {
+		odometer(p.pack_outer.data(), p.pack_outer.size(), 0, 0, [&](int64_t o, int64_t) { *d++ = src[o]; });
+	} else {
+		odometer(p.pack_outer.data(), p.pack_outer.size(), 0, 0, [&](int64_t o, int64_t) {
+			T acc = T(0);
+			odometer(p.pack_inner.data(), p.pack_inner.size(), o, 0,
+			         [&](int64_t a, int64_t) { acc = wadd(acc, src[a]); });
+			*d++ = acc;
+		});
+	}
+	return dst;
+}
+
+inline CBLAS_TRANSPOSE tr(bool t) {
+	return t ? CblasTrans : CblasNoTrans;
+}
+
+// C (m x n, row stride ldc, unit col stride) (+)= A * B for one batch, rows [r0, r1).
+template <class T>
+void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, int64_t r1, bool beta1) {
+	const int m = static_cast<int>(r1 - r0), n = static_cast<int>(c.n), k = static_cast<int>(c.k);
+	if (m <= 0 || n <= 0) {
+		return;
+	}
+	const T *a = A + r0 * c.a.sr;
+	T *cc = C + r0 * c.cr;
+	const int lda = static_cast<int>(c.a.ld), ldb = static_cast<int>(c.b.ld), ldc = static_cast<int>(c.cr);
+	if constexpr (std::is_same_v<T, float>) {
+		scipy_cblas_sgemm(CblasRowMajor, tr(c.a.trans), tr(c.b.trans), m, n, k, 1.0f, a, lda, Bm, ldb,
+		                  beta1 ? 1.0f : 0.0f, cc, ldc);
+	} else if constexpr (std::is_same_v<T, double>) {
+		scipy_cblas_dgemm(CblasRowMajor, tr(c.a.trans), tr(c.b.trans), m, n, k, 1.0, a, lda, Bm, ldb,
+		                  beta1 ? 1.0 : 0.0, cc, ldc);
+	} else if constexpr (is_complex_v<T>) {
+		const T one(1), zero(0);
+		const T *beta = beta1 ? &one : &zero;
+		if constexpr (std::is_same_v<T, c64>) {
+			scipy_cblas_cgemm(CblasRowMajor, tr(c.a.trans), tr(c.b.trans), m, n, k, &one, a, lda, Bm, ldb, beta, cc,
+			                  ldc);
+		} else {
+			scipy_cblas_zgemm(CblasRowMajor, tr(c.a.trans), tr(c.b.trans), m, n, k, &one, a, lda, Bm, ldb, beta, cc,
+			                  ldc);
+		}
+	} else {
+		// integers: cache-blocked i-k-j loop, wrapping arithmetic, unit-stride inner loop over B's and C's rows
+		using U = std::make_unsigned_t<T>;
+		constexpr int64_t KB = 128;
+		constexpr int64_t NB = 8192 / sizeof(T) * 4 / 4; // ~8 KiB of a C row and of each B row per pass
+		const int64_t sar = c.a.sr, sac = c.a.sc, sbr = c.b.sr;
+		for (int64_t j0 = 0; j0 < n; j0 += NB) {
+			const int64_t jn = std::min<int64_t>(NB, n - j0);
+			if (!beta1) {
+				for (int64_t i = 0; i < m; i++) {
+					std::memset(cc + i * c.cr + j0, 0, static_cast<size_t>(jn) * sizeof(T));
+				}
+			}
+			for (int64_t k0 = 0; k0 < k; k0 += KB) {
+				const int64_t kn = std::min<int64_t>(KB, k - k0);
+				for (int64_t i = 0; i < m; i++) {
+					U *crow = reinterpret_cast<U *>(cc + i * c.cr + j0);
+					const T *arow = a + i * sar;
+					for (int64_t kk = k0; kk < k0 + kn; kk++) {
+						const U av = static_cast<U>(arow[kk * sac]);
+						if (av == 0) {
+							continue;
+						}
+						const U *brow = reinterpret_cast<const U *>(Bm + kk * sbr + j0);
+						for (int64_t j = 0; j < jn; j++) {
+							crow[j] = static_cast<U>(crow[j] + av * brow[j]);
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+template <class F>
+void parallel_chunks(int threads, int64_t chunks, F &&body) {
+	if (threads <= 1 || chunks <= 1) {
+		body(int64_t(0), chunks);
+		return;
+	}
+	const int64_t t = std::min<int64_t>(threads, chunks);
+	std::vector<std::thread> pool;
+	pool.reserve(static_cast<size_t>(t - 1));
+	std::vector<std::pair<int64_t, int64_t>> inline_ranges;
+	for (int64_t i = 1; i < t; i++) {
+		const int64_t lo = chunks * i / t, hi = chunks * (i + 1) / t;
+		try {
+			pool.emplace_back([&body, lo, hi] { body(lo, hi); });
+		} catch (...) { // no thread available: do that share here
+			inline_ranges.emplace_back(lo, hi);
+		}
+	}
+	body(int64_t(0), chunks / t);
+	for (const auto &r : inline_ranges) {
+		body(r.first, r.second);
+	}
+	for (auto &th : pool) {
+		th.join();
+	}
+}
+
+struct Lease {
+	ThreadBudget *budget;
+	int n;
+	~Lease() {
+		if (budget != nullptr) {
+			budget->release(n);
+		}
+	}
+};
+
+} // namespace
+
+template <class T>
+void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
+              GemmScratch &s) {
+	if (c.empty || c.nb * c.m * c.n == 0) {
+		if (!accumulate && c.out_numel) {
+			std::memset(static_cast<void *>(z), 0, c.out_numel * sizeof(T));
+		}
+		return;
+	}
+	const T *A = c.swap ? y : x;
+	const T *Bm = c.swap ? x : y;
+	if (c.a.pack) {
+		A = pack<T>(c.a, A, s.a);
+	}
+	if (c.b.pack) {
+		Bm = pack<T>(c.b, Bm, s.b);
+	}
+	T *C = c.pack_c ? reinterpret_cast<T *>(s.c.resize(static_cast<size_t>(c.nb * c.m * c.n) * sizeof(T))) : z;
+	const bool beta1 = accumulate && !c.pack_c;
+
+	int want = 1;
+	if (budget != nullptr) {
+		double w = c.flops * (is_complex_v<T> ? 4.0 : 1.0) / kFlopsPerThread;
+		want = w >= budget->total() ? budget->total() : (w < 1 ? 1 : static_cast<int>(w));
+	}
+	const int got = budget != nullptr ? budget->acquire(want) : 1;
+	Lease lease {budget, got};
+	if (c.nb >= got || c.nb > 1) {
+		parallel_chunks(got, c.nb, [&](int64_t b0, int64_t b1) {
+			for (int64_t bi = b0; bi < b1; bi++) {
+				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1);
+			}
+		});
+	} else {
+		// one batch: split C's rows in panels of 16
+		const int64_t panels = (c.m + 15) / 16;
+		parallel_chunks(got, panels, [&](int64_t p0, int64_t p1) {
+			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1);
+		});
+	}
+	if (c.pack_c) {
+		T *zp = z;
+		const T *src = C;
+		if (accumulate) {
+			odometer(c.unpack.data(), c.unpack.size(), 0, 0, [&](int64_t o, int64_t) {
+				*zp = wadd(*zp, src[o]);
+				++zp;
+			});
+		} else {
+			odometer(c.unpack.data(), c.unpack.size(), 0, 0, [&](int64_t o, int64_t) { *zp++ = src[o]; });
+		}
+	}
+}
+
+template void contract<float>(const Contraction &, const float *, const float *, float *, bool, ThreadBudget *,
+                              GemmScratch &);
+template void contract<double>(const Contraction &, const double *, const double *, double *, bool,
+                               ThreadBudget *, GemmScratch &);
+template void contract<int32_t>(const Contraction &, const int32_t *, const int32_t *, int32_t *, bool,
+                                ThreadBudget *, GemmScratch &);
+template void contract<int64_t>(const Contraction &, const int64_t *, const int64_t *, int64_t *, bool,
+                                ThreadBudget *, GemmScratch &);
+template void contract<c64>(const Contraction &, const c64 *, const c64 *, c64 *, bool, ThreadBudget *,
+                            GemmScratch &);
+template void contract<c128>(const Contraction &, const c128 *, const c128 *, c128 *, bool, ThreadBudget *,
+                             GemmScratch &);
+
+} // namespace tsk
