@@ -6,7 +6,7 @@ import itertools
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import duckdb
 import numpy as np
@@ -46,9 +46,13 @@ class Plan:
     tra: T.Rel
     ast: exp.Select
     info: planning.PlanInfo
+    _text: dict[bool, str] = field(default_factory=dict, repr=False, compare=False)
 
     def sql(self, pretty: bool = True) -> str:
-        return sqlgen.sql_text(self.ast, pretty=pretty)
+        """The SQL text, generated once per form (sqlglot generation is not free on big graphs)."""
+        if pretty not in self._text:
+            self._text[pretty] = sqlgen.sql_text(self.ast, pretty=pretty)
+        return self._text[pretty]
 
     def explain(self) -> str:
         lines = ["== Plan ==", *planning.describe(self.info), "", "== EinGraph =="]

@@ -2,7 +2,8 @@
 
 Labels are ints. Letters follow numpy's sublist convention ('A'..'Z' -> 0..25, 'a'..'z' -> 26..51) so
 that sorting ints is numpy's implicit-output order; sublist ints may be any non-negative int (beyond
-numpy's 52); dimensions covered by '...' get negative labels -E..-1, right-aligned like broadcasting.
+numpy's 52), and so may opt_einsum's non-ASCII symbols (52 + code point); dimensions covered by '...' get
+negative labels -E..-1, right-aligned like broadcasting.
 """
 
 from __future__ import annotations
@@ -36,7 +37,13 @@ def letter_label(ch: str) -> int:
         return ord(ch) - ord("A")
     if "a" <= ch <= "z":
         return ord(ch) - ord("a") + 26
-    raise EinsumError(f"invalid subscript {ch!r}: subscripts must be letters a-z, A-Z or '...'")
+    if ord(ch) >= 128:
+        # opt_einsum's symbols beyond the 52 letters (what einsum benchmark collections use): label order
+        # follows code points, as opt_einsum sorts them
+        return 52 + ord(ch)
+    raise EinsumError(
+        f"invalid subscript {ch!r}: subscripts must be letters a-z, A-Z, non-ASCII symbols or '...'"
+    )
 
 
 def label_name(label: int) -> str:

@@ -259,3 +259,14 @@ def test_einsum_path_like_numpy():
     assert path[0] == "einsum_path" and len(path) == 3
     assert "Complete contraction" in desc
     np.testing.assert_allclose(ts.einsum("ij,jk,kl->il", a, b, c, optimize=path), a @ b @ c)
+
+
+def test_opt_einsum_unicode_symbols_beyond_52_labels():
+    """Einsum benchmark collections write big networks with opt_einsum's non-ASCII symbols."""
+    import opt_einsum as oe
+    import opt_einsum.testing
+
+    eq, shapes = opt_einsum.testing.rand_equation(40, 3, seed=0, d_min=2, d_max=2, n_out=2)
+    assert any(ord(c) > 127 for c in eq)
+    ops = [rand(sh) for sh in shapes]
+    np.testing.assert_allclose(ts.einsum(eq, *ops), oe.contract(eq, *ops), rtol=1e-9, atol=1e-12)
