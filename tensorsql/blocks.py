@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Sequence
 
@@ -63,40 +62,94 @@ def metadata(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -
     }
 
 
+def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
+    """A binary Arrow array over one contiguous byte buffer and its offsets, without copying either."""
+    n = len(offsets) - 1
+    if int(offsets[-1]) < 2**31 - 1:
+        return pa.Array.from_buffers(
+            pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
+        )
+    return pa.Array.from_buffers(
+        pa.large_binary(), n, [None, pa.py_buffer(offsets.astype(np.int64)), pa.py_buffer(data)]
+    )
+
+
 def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str) -> pa.Table:
-    """One row per block: key columns k0..k{r-1} (INTEGER) and the block's C-order bytes."""
+    """One row per block: key columns k0..k{r-1} (INTEGER) and the block's C-order bytes.
+
+    Copies each element at most once: the blocks are written back to back into one buffer that becomes the
+    Arrow binary column's data buffer (offsets beside it). When the blocks are already contiguous in a
+    C-order array (only the first dimension is split), that is one memcpy (none for a read-only array).
+    """
     arr = np.asarray(array, dtype=DTYPES[dtype])
-    g = grid(arr.shape, block_shape)
-    keys: list[list[int]] = [[] for _ in arr.shape]
-    blobs: list[bytes] = []
-    for idx in itertools.product(*(range(n) for n in g)):
-        sl = tuple(slice(k * b, (k + 1) * b) for k, b in zip(idx, block_shape, strict=True))
-        blobs.append(np.ascontiguousarray(arr[sl]).tobytes())
-        for d, k in enumerate(idx):
-            keys[d].append(k)
-    cols = {f"k{d}": pa.array(keys[d], pa.int32()) for d in range(arr.ndim)}
-    cols["tensor"] = pa.array(blobs, pa.binary())
-    return pa.table(cols).replace_schema_metadata(metadata(arr.shape, block_shape, dtype))
+    shape = arr.shape
+    g = grid(shape, block_shape)
+    r = arr.ndim
+    nblocks = int(np.prod(g)) if r else 1
+    keys = np.indices(g, dtype=np.int32).reshape(r, -1) if r else np.zeros((0, 1), np.int32)
+    # per-block extents (ragged upper edges) and byte sizes
+    exts = np.empty((r, nblocks), dtype=np.int64)
+    for d in range(r):
+        exts[d] = np.minimum(block_shape[d], shape[d] - keys[d].astype(np.int64) * block_shape[d])
+    sizes = (np.prod(exts, axis=0) if r else np.ones(1, np.int64)) * arr.itemsize
+    offsets = np.zeros(nblocks + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    contiguous = arr.flags.c_contiguous and all(block_shape[d] >= shape[d] for d in range(1, r))
+    if contiguous:
+        # blocks are consecutive slabs of the array: one memcpy, or none for a read-only array (the relation
+        # then views the caller's memory, which cannot change under it)
+        flat = arr.reshape(-1).view(np.uint8)
+        data = flat if not arr.flags.writeable else flat.copy()
+    else:
+        data = np.empty(int(offsets[-1]), dtype=np.uint8)
+        for b in range(nblocks):
+            sl = tuple(slice(int(keys[d, b]) * block_shape[d], None) for d in range(r))
+            ext = tuple(int(exts[d, b]) for d in range(r))
+            src = arr[tuple(slice(s.start, s.start + e) for s, e in zip(sl, ext, strict=True))]
+            dst = data[offsets[b] : offsets[b + 1]].view(arr.dtype).reshape(ext)
+            np.copyto(dst, src)
+    cols = {f"k{d}": pa.array(keys[d], pa.int32()) for d in range(r)}
+    cols["tensor"] = _binary_array(data, offsets)
+    return pa.table(cols).replace_schema_metadata(metadata(shape, block_shape, dtype))
 
 
 def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> np.ndarray:
-    """Blocks back into one array; absent keys (and NULL blocks) are zero blocks."""
+    """Blocks back into one array; absent keys (and NULL blocks) are zero blocks.
+
+    Reads the blobs as numpy views of the Arrow buffers (no per-block bytes objects): each element is
+    copied once, into the result.
+    """
     dt = DTYPES[dtype]
+    r = len(shape)
     out = np.zeros(shape, dtype=dt)
-    keys = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(len(shape))]
-    blobs = table.column("tensor").to_pylist()
-    for row, blob in enumerate(blobs):
-        if blob is None:
+    keys = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
+    row0 = 0
+    for chunk in table.column("tensor").chunks:
+        n = len(chunk)
+        if n == 0:
             continue
-        idx = [int(k[row]) for k in keys]
-        sl = tuple(slice(i * b, min((i + 1) * b, n)) for i, b, n in zip(idx, block_shape, shape, strict=True))
-        ext = tuple(s.stop - s.start for s in sl)
-        if any(e <= 0 for e in ext) and ext:
-            raise ShapeError(f"block key {tuple(idx)} lies outside a tensor of shape {shape}")
-        need = int(np.prod(ext)) * dt.itemsize
-        if len(blob) != need:
-            raise KernelError(
-                f"block {tuple(idx)} has {len(blob)} bytes but its shape {ext} of {dtype} needs {need}"
+        large = pa.types.is_large_binary(chunk.type)
+        _, obuf, dbuf = chunk.buffers()
+        offs = np.frombuffer(obuf, dtype=np.int64 if large else np.int32)[chunk.offset : chunk.offset + n + 1]
+        data = np.frombuffer(dbuf, dtype=np.uint8) if dbuf is not None else np.zeros(0, np.uint8)
+        nulls = chunk.is_null().to_numpy(zero_copy_only=False) if chunk.null_count else None
+        for i in range(n):
+            if nulls is not None and nulls[i]:
+                continue
+            row = row0 + i
+            idx = [int(k[row]) for k in keys]
+            sl = tuple(
+                slice(j * b, min((j + 1) * b, m)) for j, b, m in zip(idx, block_shape, shape, strict=True)
             )
-        out[sl] = np.frombuffer(blob, dtype=dt).reshape(ext)
+            ext = tuple(s.stop - s.start for s in sl)
+            if any(e <= 0 for e in ext) and ext:
+                raise ShapeError(f"block key {tuple(idx)} lies outside a tensor of shape {shape}")
+            need = int(np.prod(ext)) * dt.itemsize
+            lo, hi = int(offs[i]), int(offs[i + 1])
+            if hi - lo != need:
+                raise KernelError(
+                    f"block {tuple(idx)} has {hi - lo} bytes but its shape {ext} of {dtype} needs {need}"
+                )
+            out[sl] = data[lo:hi].view(dt).reshape(ext)
+        row0 += n
     return out
