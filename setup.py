@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import pathlib
 import shutil
+import sys
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -15,12 +15,11 @@ class BuildPyWithKernels(build_py):
         super().run()
         if getattr(self, "editable_mode", False):
             return  # editable installs build on first use into udf_kernels/_build
-        here = pathlib.Path(__file__).parent
-        spec = importlib.util.spec_from_file_location("_tensorsql_kernel_build", here / "udf_kernels" / "build.py")
-        assert spec is not None and spec.loader is not None
-        mod = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(mod)
-        built = pathlib.Path(mod.build())
+        here = pathlib.Path(__file__).resolve().parent
+        sys.path.insert(0, str(here))  # the source tree's udf_kernels (it imports nothing heavy)
+        from udf_kernels import build as kernel_build
+
+        built = pathlib.Path(kernel_build.build())
         dest = pathlib.Path(self.build_lib) / "udf_kernels" / built.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built, dest)
