@@ -25,6 +25,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check tensorsql planner udf_kernels tests benchmarks
 
 bench: kernels
+	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python -m benchmarks
 
 clean:
