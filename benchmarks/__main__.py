@@ -10,7 +10,8 @@ Sections (issue 3):
   c  scalar relational SQL einsum (COO rows, JOIN + SUM + GROUP BY) vs tensorsql at n = 1024
   d  TCCG binary contractions (einsum-trees paper, Table 4) and its einsum trees (Table 5) vs opt_einsum
   e  float64, complex64 and int64 variants of (a)
-  planner  benchmarks/planner_speed.py
+  planner  benchmarks/planner_speed.py (issue 4): LLaMA-7B-shaped graph planning time, chain costs at p=16
+  chain    benchmarks/chain.py (issue 4): the matrix chain per strategy, modelled cost and measured time
 
 Timing: one warm-up call, then the best of ``--repeat`` (default 3) calls, tensorsql and peer alternating.
 """
@@ -131,10 +132,20 @@ def _rand(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.nd
 # ---------------------------------------------------------------------------------------------------------
 
 
+#: copies of each block's bytes on the way, counted from the code path (RESULTS.md explains each):
+#: in: numpy -> one Arrow buffer (split) -> DuckDB table storage (save); the kernels read blobs in place
+#: out: kernel result -> DuckDB blob -> Arrow export -> numpy result (assemble)
+COPIES_IN, COPIES_OUT = 2, 3
+
+
 def copies_note(n: int, bs: int, itemsize: int) -> str:
-    """Bytes copied per block on the way numpy -> DuckDB -> kernels -> numpy (see RESULTS.md)."""
+    """Bytes copied per block on the way numpy -> DuckDB -> kernels -> numpy."""
     block = bs * bs * itemsize
-    return f"block {bs}^2 = {block / 2**20:.2f} MiB"
+    return (
+        f"block {bs}^2 = {block / 2**20:.2f} MiB; copied per input block {COPIES_IN}x = "
+        f"{COPIES_IN * block / 2**20:.2f} MiB, per output block {COPIES_OUT}x = "
+        f"{COPIES_OUT * block / 2**20:.2f} MiB"
+    )
 
 
 def matmul_prestored(
@@ -420,6 +431,13 @@ def section_planner(repeat: int, quick: bool) -> None:
     planner_speed.main()
 
 
+def section_chain(repeat: int, quick: bool) -> None:
+    """(A x B) + (C x (D x E)), square and skewed: modelled cost and measured time per strategy."""
+    from benchmarks import chain
+
+    chain.main(["--s-square", "256" if quick else "512", "--s-skewed", "400" if quick else "1000"])
+
+
 SECTIONS = {
     "a": section_a,
     "b": section_b,
@@ -427,6 +445,7 @@ SECTIONS = {
     "d": section_d,
     "e": section_e,
     "planner": section_planner,
+    "chain": section_chain,
 }
 
 
@@ -446,7 +465,9 @@ def markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default="a,b,c,d,e,planner", help="comma-separated sections: a,b,c,d,e,planner")
+    ap.add_argument(
+        "--only", default="a,b,c,d,e,planner,chain", help="comma-separated sections: a,b,c,d,e,planner,chain"
+    )
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--markdown", action="store_true", help="also print the table as markdown")

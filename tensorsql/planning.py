@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import planner as P
@@ -57,6 +58,8 @@ class PlanInfo:
     node_costs: dict[int, dict[str, float]] = field(default_factory=dict)
     node_parts: dict[int, dict[str, int]] = field(default_factory=dict)
     baselines: dict[str, float] = field(default_factory=dict)
+    #: costs the SQRT/data/model baselines would have; computed on first explain(), not on every plan
+    more_baselines: Callable[[], dict[str, float]] | None = field(default=None, repr=False)
     input_blocks: dict[int, tuple[int, ...]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -216,8 +219,9 @@ def plan_blocks(
     _record(info, graph, plan)
     chosen = graph.partitioning(plan)
     if strategy == "eindecomp":
-        for base in ("sqrt", "data", "model"):
-            info.baselines[base] = P.decompose(graph.g, max(1, threads), base, cm).cost
+        info.more_baselines = lambda: {
+            base: P.decompose(graph.g, max(1, threads), base, cm).cost for base in ("sqrt", "data", "model")
+        }
         if stored:
             # the operands' own blocking, when re-splitting stored inputs costs more than it saves
             own = default_partitioning(root)
@@ -230,6 +234,7 @@ def plan_blocks(
                     "operands",
                     p,
                     baselines=info.baselines,
+                    more_baselines=info.more_baselines,
                     notes=[
                         f"kept the operands' blocking: {own_cost:.3g} < eindecomp {mine:.3g} "
                         "with the stored inputs' repartitions"
@@ -275,6 +280,9 @@ def describe(info: PlanInfo) -> list[str]:
     lines = [f"strategy={info.strategy} p={info.p}"]
     if info.cost is not None:
         lines[0] += f" modelled cost={info.cost:.4g} {info.unit}"
+    if info.more_baselines is not None:
+        info.baselines = {**info.more_baselines(), **info.baselines}
+        info.more_baselines = None
     if info.baselines:
         lines.append("baselines: " + ", ".join(f"{k}={v:.4g}" for k, v in info.baselines.items()))
     lines += [f"note: {n}" for n in info.notes]

@@ -62,7 +62,9 @@ def test_dropin_uploads_in_the_planned_blocking():
     a, b = RNG.standard_normal((400, 300)), RNG.standard_normal((300, 500))
     np.testing.assert_allclose(ts.einsum("ij,jk->ik", a, b), a @ b, rtol=1e-9)
     x = RNG.standard_normal((64, 40, 30))
-    np.testing.assert_allclose(ts.einsum("bij,jk->bik", x, b[:30, :50]), np.einsum("bij,jk->bik", x, b[:30, :50]))
+    np.testing.assert_allclose(
+        ts.einsum("bij,jk->bik", x, b[:30, :50]), np.einsum("bij,jk->bik", x, b[:30, :50])
+    )
 
 
 def test_planned_graph_matches_planner_partitions(s):
