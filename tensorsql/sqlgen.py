@@ -56,8 +56,9 @@ def extent(schema: T.Schema, label: str, key: exp.Expression) -> exp.Expression:
     return call("least", lit(b), exp.Sub(this=lit(n), expression=exp.Mul(this=lit(b), expression=key)))
 
 
-def block_shape(schema: T.Schema, alias: str) -> exp.Expression:
-    return array([extent(schema, lab, col(alias, lab)) for lab in schema.blob])
+def block_shape(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression:
+    """This row's block shape as a list, from the key columns ``cols`` (label -> column)."""
+    return array([extent(schema, lab, cols[lab].copy()) for lab in schema.blob])
 
 
 def spec(*terms: tuple[str, ...]) -> str:
@@ -73,6 +74,20 @@ def spec(*terms: tuple[str, ...]) -> str:
                 letters[lab] = _LETTERS[len(letters)]
     parts = ["".join(letters[lab] for lab in t) for t in terms]
     return ",".join(parts[:-1]) + "->" + parts[-1]
+
+
+@dataclass
+class Src:
+    """An input of a row-wise SELECT: the aliased table, its key column per label, filters on it.
+
+    A Relabel input is read straight from its child (renaming in place, a filter per repeated label) so
+    relabelling costs no CTE of its own.
+    """
+
+    table: exp.Table
+    cols: dict[str, exp.Expression]
+    where: list[exp.Expression]
+    alias: str
 
 
 @dataclass
@@ -98,7 +113,26 @@ class _Builder:
             self.ctes.append((self.names[id(rel)], query))
         return self.names[id(rel)]
 
+    def src(self, rel: T.Rel, alias: str) -> Src:
+        if isinstance(rel, T.Relabel):
+            cols: dict[str, exp.Expression] = {}
+            where: list[exp.Expression] = []
+            for pos, lab in zip(rel.child.schema.keys, rel.labels, strict=True):
+                if lab in cols:
+                    where.append(exp.EQ(this=cols[lab].copy(), expression=col(alias, pos)))
+                else:
+                    cols[lab] = col(alias, pos)
+            return Src(table(self.ref(rel.child), alias), cols, where, alias)
+        return Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
+
     def select(self, rel: T.Rel) -> exp.Select:
+        if isinstance(rel, T.Positional) and isinstance(rel.child, T.Aggregate | T.Join | T.Unary):
+            # the rename back to k0..k{r-1} happens in the child's own SELECT
+            rename = dict(zip(rel.child.schema.blob, rel.schema.keys, strict=True))
+            if isinstance(rel.child, T.Aggregate):
+                return self.aggregate(rel.child, rename)
+            row = self.row(rel.child)
+            return self.finish(Row(row.source, {rename[k]: row.keys[k] for k in rename}, row.tensor))
         if isinstance(rel, T.Aggregate):
             return self.aggregate(rel)
         if isinstance(rel, T.Repartition):
@@ -117,15 +151,17 @@ class _Builder:
         s = rel.schema
         if isinstance(rel, T.Join):
             x, y = rel.left.schema, rel.right.schema
-            q = exp.select().from_(table(self.ref(rel.left), "x"))
+            sx, sy = self.src(rel.left, "x"), self.src(rel.right, "y")
+            q = exp.select().from_(sx.table)
             shared = [k for k in x.keys if k in y.keys]
-            right = table(self.ref(rel.right), "y")
             if shared:
-                on = exp.and_(*[exp.EQ(this=col("x", k), expression=col("y", k)) for k in shared])
-                q = q.join(right, on=on, copy=False)
+                on = exp.and_(*[exp.EQ(this=sx.cols[k].copy(), expression=sy.cols[k].copy()) for k in shared])
+                q = q.join(sy.table, on=on, copy=False)
             else:
-                q = q.join(right, join_type="cross", copy=False)
-            keys = {k: col("x" if k in x.keys else "y", k) for k in s.keys}
+                q = q.join(sy.table, join_type="cross", copy=False)
+            for cond in sx.where + sy.where:
+                q = q.where(cond, copy=False)
+            keys = {k: (sx.cols[k] if k in sx.cols else sy.cols[k]).copy() for k in s.keys}
             tensor = call(
                 "tensor_einsum",
                 lit(spec(x.blob, y.blob, s.blob)),
@@ -133,22 +169,24 @@ class _Builder:
                 lit(rel.agg),
                 lit(s.dtype),
                 col("x", "tensor"),
-                block_shape(x, "x"),
+                block_shape(x, sx.cols),
                 col("y", "tensor"),
-                block_shape(y, "y"),
+                block_shape(y, sy.cols),
             )
             return Row(q, keys, tensor)
-        c = rel.child.schema if hasattr(rel, "child") else s
-        q = exp.select().from_(table(self.ref(rel.child), "c"))  # type: ignore[attr-defined]
+        child: T.Rel = rel.child  # type: ignore[attr-defined]
+        c = child.schema
         if isinstance(rel, T.Relabel):
-            keys: dict[str, exp.Expression] = {}
-            for pos, lab in zip(c.keys, rel.labels, strict=True):
-                if lab in keys:
-                    q = q.where(exp.EQ(this=keys[lab], expression=col("c", pos)), copy=False)
-                else:
-                    keys[lab] = col("c", pos)
-            return Row(q, keys, col("c", "tensor"))
-        keys = {k: col("c", k) for k in c.keys}
+            sc = self.src(rel, "c")
+            q = exp.select().from_(sc.table)
+            for cond in sc.where:
+                q = q.where(cond, copy=False)
+            return Row(q, sc.cols, col("c", "tensor"))
+        sc = self.src(child, "c")
+        q = exp.select().from_(sc.table)
+        for cond in sc.where:
+            q = q.where(cond, copy=False)
+        keys = {k: sc.cols[k].copy() for k in c.keys}
         if isinstance(rel, T.Unary):
             tensor = call(
                 "tensor_einsum1",
@@ -156,7 +194,7 @@ class _Builder:
                 lit(rel.agg),
                 lit(s.dtype),
                 col("c", "tensor"),
-                block_shape(c, "c"),
+                block_shape(c, sc.cols),
             )
         elif isinstance(rel, T.MapBlocks):
             args = [lit(rel.fn), lit(s.dtype), col("c", "tensor")]
@@ -166,23 +204,24 @@ class _Builder:
         elif isinstance(rel, T.CastBlocks):
             tensor = call("tensor_cast", col("c", "tensor"), lit(c.dtype), lit(s.dtype))
         elif isinstance(rel, T.Positional):
-            keys = {k: col("c", lab) for k, lab in zip(s.keys, c.blob, strict=True)}
+            keys = {k: sc.cols[lab].copy() for k, lab in zip(s.keys, c.blob, strict=True)}
             tensor = col("c", "tensor")
         else:
             raise TypeError(f"unhandled TRA node {type(rel).__name__}")
         return Row(q, keys, tensor)
 
-    def aggregate(self, rel: T.Aggregate) -> exp.Select:
+    def aggregate(self, rel: T.Aggregate, rename: dict[str, str] | None = None) -> exp.Select:
         child = rel.child
         if isinstance(child, T.Join | T.Unary | T.MapBlocks | T.CastBlocks):
             row = self.row(child)
         else:
-            row = Row(
-                exp.select().from_(table(self.ref(child), "c")),
-                {k: col("c", k) for k in child.schema.keys},
-                col("c", "tensor"),
-            )
-        keys = {k: row.keys[k] for k in rel.schema.keys}
+            sc = self.src(child, "c")
+            q = exp.select().from_(sc.table)
+            for cond in sc.where:
+                q = q.where(cond, copy=False)
+            row = Row(q, sc.cols, col("c", "tensor"))
+        order = list(rename) if rename else list(rel.schema.keys)
+        keys = {(rename or {}).get(k, k): row.keys[k] for k in order}
         fused = (
             isinstance(child, T.Join)
             and isinstance(row.tensor, exp.Anonymous)
@@ -205,20 +244,20 @@ class _Builder:
         for i, lab in enumerate(src.blob):
             n, bs, bt = src.sizes[lab], src.blocks[lab], dst.blocks[lab]
             ck = col("c", lab)
-            src_len = extent(src, lab, ck)
+            src_len = extent(src, lab, ck.copy())
             if bs == bt:
-                keys[lab] = ck
+                keys[lab] = ck.copy()
                 start.append(lit(0))
                 stop.append(src_len)
-                piece.append(src_len)
+                piece.append(src_len.copy())
                 offset.append(lit(0))
-                out.append(src_len)
+                out.append(src_len.copy())
                 continue
             alias = f"r{i}"
-            lo_glob = exp.Mul(this=ck, expression=lit(bs))
+            lo_glob = exp.Mul(this=ck.copy(), expression=lit(bs))
             hi_glob = call(
                 "least",
-                exp.Mul(this=exp.Paren(this=exp.Add(this=ck, expression=lit(1))), expression=lit(bs)),
+                exp.Mul(this=exp.Paren(this=exp.Add(this=ck.copy(), expression=lit(1))), expression=lit(bs)),
                 lit(n),
             )
             first = exp.IntDiv(this=lo_glob.copy(), expression=lit(bt))
@@ -250,7 +289,7 @@ class _Builder:
             "tensor_slice",
             lit(src.dtype),
             col("c", "tensor"),
-            block_shape(src, "c"),
+            block_shape(src, {k: col("c", k) for k in src.keys}),
             array(start),
             array(stop),
         )

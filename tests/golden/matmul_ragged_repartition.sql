@@ -40,43 +40,25 @@ WITH "t0" AS (
     CAST("r1"."k1" AS INT)
 ), "t1" AS (
   SELECT
-    "c"."k0" AS "i",
-    "c"."k1" AS "j",
-    "c"."tensor" AS "tensor"
-  FROM "t0" AS "c"
-), "t2" AS (
-  SELECT
-    "c"."k0" AS "j",
-    "c"."k1" AS "k",
-    "c"."tensor" AS "tensor"
-  FROM "B" AS "c"
-), "t3" AS (
-  SELECT
-    "x"."i" AS "i",
-    "y"."k" AS "k",
+    "x"."k0" AS "k0",
+    "y"."k1" AS "k1",
     tensor_einsum_agg(
       'ab,bc->ac',
       'multiply',
       'sum',
       'float64',
       "x"."tensor",
-      [least(2, 5 - 2 * "x"."i"), least(3, 4 - 3 * "x"."j")],
+      [least(2, 5 - 2 * "x"."k0"), least(3, 4 - 3 * "x"."k1")],
       "y"."tensor",
-      [least(3, 4 - 3 * "y"."j"), 3]
+      [least(3, 4 - 3 * "y"."k0"), 3]
     ) AS "tensor"
-  FROM "t1" AS "x"
-  JOIN "t2" AS "y"
-    ON "x"."j" = "y"."j"
+  FROM "t0" AS "x"
+  JOIN "B" AS "y"
+    ON "x"."k1" = "y"."k0"
   GROUP BY
-    "x"."i",
-    "y"."k"
-), "t4" AS (
-  SELECT
-    "c"."i" AS "k0",
-    "c"."k" AS "k1",
-    "c"."tensor" AS "tensor"
-  FROM "t3" AS "c"
+    "x"."k0",
+    "y"."k1"
 )
 SELECT
   *
-FROM "t4"
+FROM "t1"
