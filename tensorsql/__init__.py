@@ -22,6 +22,7 @@ from tensorsql.api import (
 )
 from tensorsql.errors import (
     CatalogError,
+    ConfigError,
     DTypeError,
     EinsumError,
     ExtensionError,
@@ -40,6 +41,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CatalogError",
+    "ConfigError",
     "DTypeError",
     "EinsumError",
     "ExtensionError",

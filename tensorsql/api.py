@@ -12,7 +12,7 @@ from tensorsql import frontend
 from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import EinsumError, ShapeError
 from tensorsql.relation import TensorRelation
-from tensorsql.session import Session
+from tensorsql.session import Session, as_array
 from tensorsql.subscripts import parse, split_args
 
 _default: Session | None = None
@@ -34,7 +34,12 @@ def default_session() -> Session:
 
 def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None) -> np.dtype:
     if dtype is not None:
-        want = np.dtype(dtype)  # type: ignore[call-overload]
+        try:
+            want = np.dtype(dtype)  # type: ignore[call-overload]
+        except TypeError as exc:
+            from tensorsql.errors import DTypeError
+
+            raise DTypeError(f"unknown dtype={dtype!r}") from exc
         for i, a in enumerate(arrays):
             if not np.can_cast(a.dtype, want, "safe"):
                 from tensorsql.errors import DTypeError
@@ -59,7 +64,7 @@ def einsum(
     rel_ops = [op for op in operands if isinstance(op, TensorRelation)]
     if rel_ops:
         return rel_ops[0].session.einsum(*args, optimize=optimize, dtype=dtype, join=join, agg=agg)
-    arrays = [np.asarray(op) for op in operands]
+    arrays = [as_array(op, f"operand {i}") for i, op in enumerate(operands)]
     final = _numpy_result_dtype(arrays, dtype)
     carrier = carrier_dtype(final)
     arrays = [a.astype(carrier, copy=False) for a in arrays]

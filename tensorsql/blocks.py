@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -35,8 +36,8 @@ def resolve_block_shape(
     given = block_shape if block_shape is not None else blocks
     kind = "block_shape" if block_shape is not None else "blocks"
     try:
-        vals = tuple(int(v) for v in given)  # type: ignore[union-attr]
-    except (TypeError, ValueError) as exc:
+        vals = tuple(operator.index(v) for v in given)  # type: ignore[union-attr]
+    except TypeError as exc:
         raise ShapeError(f"{what}: {kind}={given!r} is not a sequence of ints") from exc
     if len(vals) != len(shape):
         raise ShapeError(f"{what}: {kind}={vals} has {len(vals)} entries but the tensor has shape {shape}")

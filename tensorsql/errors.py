@@ -51,12 +51,17 @@ class SQLExecutionError(RuntimeError, TensorSQLError):
     """DuckDB failed to run generated or user SQL for a reason other than a kernel check."""
 
 
+class ConfigError(ValueError, TensorSQLError):
+    """A bad session or call setting (threads, strategy, a value that must be a number)."""
+
+
 class PlanError(ValueError, TensorSQLError):
     """A plan that cannot be built (unsupported lowering, inconsistent partitioning)."""
 
 
 __all__ = [
     "CatalogError",
+    "ConfigError",
     "DTypeError",
     "EinsumError",
     "ExtensionError",

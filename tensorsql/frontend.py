@@ -206,7 +206,10 @@ def map_node(node: E.Node, fn: str, param: float | None = None) -> E.Node:
     if fn in ("pow", "scale"):
         if param is None:
             raise OperatorError(f"map {fn!r} needs a param (the {'exponent' if fn == 'pow' else 'factor'})")
-        param = float(param)
+        try:
+            param = float(param)
+        except (TypeError, ValueError) as exc:
+            raise OperatorError(f"map {fn!r}: param {param!r} is not a number") from exc
     elif param is not None:
         raise OperatorError(f"map {fn!r} takes no param, got {param!r}")
     dtype = node.dtype

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import operator
 import threading
 import weakref
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from tensorsql import tra as T
 from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import (
     CatalogError,
+    ConfigError,
     EinsumError,
     ExtensionError,
     KernelError,
@@ -110,8 +112,8 @@ class Session:
     ) -> None:
         config = {"allow_unsigned_extensions": "true"}
         if threads is not None:
-            if not isinstance(threads, int) or threads < 1:
-                raise ValueError(f"threads={threads!r} must be a positive int")
+            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+                raise ConfigError(f"threads={threads!r} must be a positive int")
             config["threads"] = str(threads)
         try:
             self.con = duckdb.connect(str(database), config=config)
@@ -199,7 +201,7 @@ class Session:
         dtype: object | None = None,
     ) -> TensorRelation:
         """Split an array into blocks and register them with DuckDB (Arrow, no extra table copy)."""
-        arr = np.asarray(array)
+        arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
         bs = B.resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
         table = B.split(arr, bs, name)
@@ -243,6 +245,13 @@ class Session:
             raise CatalogError(f"table name must be a non-empty string, got {name!r}")
         if name == catalog.CATALOG or name.startswith("_ts_"):
             raise CatalogError(f"table name {name!r} is reserved by tensorsql")
+        exists = (
+            exp.select(exp.Count(this=exp.Star()))
+            .from_("information_schema.tables")
+            .where(exp.EQ(this=exp.column("table_name"), expression=lit(name)))
+        )
+        if not replace and self.execute(exists)[0][0]:
+            raise CatalogError(f"a table named {name!r} already exists (replace=True overwrites it)")
         plan = rel.plan()
         bs = plan.partitioning.block_shapes[id(rel.node)]
         create = exp.Create(
@@ -292,7 +301,10 @@ class Session:
 
         Duplicate coordinates are summed (COO semantics); coordinates that are not given are zero.
         """
-        shape = tuple(int(n) for n in shape)
+        try:
+            shape = tuple(operator.index(n) for n in shape)
+        except TypeError as exc:
+            raise ShapeError(f"from_sql: shape={shape!r} is not a sequence of ints") from exc
         if any(n < 0 for n in shape):
             raise ShapeError(f"from_sql: shape {shape} has a negative dimension")
         name = dtype_name(dtype)
@@ -455,7 +467,11 @@ class Session:
         for op in operands:
             if isinstance(op, TensorRelation) and op.session is not self:
                 raise ShapeError("operand belongs to another session; save it and open it with table()")
-        arrays = {i: np.asarray(op) for i, op in enumerate(operands) if not isinstance(op, TensorRelation)}
+        arrays = {
+            i: as_array(op, f"operand {i}")
+            for i, op in enumerate(operands)
+            if not isinstance(op, TensorRelation)
+        }
         shapes_in = [arrays[i].shape if i in arrays else op.shape for i, op in enumerate(operands)]
         sub = parse(inputs, output, shapes_in)
         parts = _label_parts(blocks, sub.sizes) if blocks is not None else None
@@ -496,6 +512,14 @@ class Session:
         r = self.as_relation(rel)
         node = frontend.map_node(r.node, fn, param)
         return TensorRelation(self, node)
+
+
+def as_array(value: object, what: str) -> np.ndarray:
+    """np.asarray with numpy's complaints about ragged or odd input turned into tensorsql errors."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise ShapeError(f"{what}: cannot make an array of {type(value).__name__}: {exc}") from exc
 
 
 def _label_parts(blocks: dict[object, int], sizes: dict[int, int]) -> dict[int, int]:

@@ -146,3 +146,36 @@ def test_bad_table_name(s):
         s.from_numpy(A).save("tensorsql_catalog")
     with pytest.raises(ts.CatalogError, match="non-empty"):
         s.from_numpy(A).save("")
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "match"),
+    [
+        (lambda s: ts.connect(threads=0), ts.ConfigError, "threads=0"),
+        (lambda s: ts.connect(threads="2"), ts.ConfigError, "threads='2'"),
+        (lambda s: s.from_sql("SELECT 1, 2.0", shape="ab"), ts.ShapeError, "not a sequence of ints"),
+        (lambda s: s.from_sql("selec 1", shape=(2,)), ts.SQLExecutionError, "cannot parse"),
+        (
+            lambda s: s.from_sql("CREATE TABLE zz (a INT)", shape=(2,)),
+            ts.SQLExecutionError,
+            "must be a SELECT",
+        ),
+        (lambda s: s.from_numpy([[1, 2], [3]]), ts.ShapeError, "cannot make an array"),
+        (lambda s: s.from_numpy(np.array(["a"])), ts.DTypeError, "str"),
+        (lambda s: ts.map(A, "pow", "a"), ts.OperatorError, "not a number"),
+        (lambda s: s.from_numpy(A, block_shape=(1.5, 2)), ts.ShapeError, "not a sequence of ints"),
+        (lambda s: ts.einsum("ij", A, dtype="float99"), ts.DTypeError, "float99"),
+        (lambda s: ts.connect("/nonexistent/dir/x.duckdb"), ts.CatalogError, "cannot open"),
+        (lambda s: ts.connect().einsum("ij->j", s.from_numpy(A)), ts.ShapeError, "another session"),
+        (lambda s: s.einsum("ij->i", A, blocks=[1]), ts.ShapeError, "dict label"),
+    ],
+)
+def test_bad_calls_are_typed(s, call, error, match):
+    with pytest.raises(error, match=match):
+        call(s)
+
+
+def test_save_existing_name_needs_replace(s):
+    s.from_numpy(A).save("twice")
+    with pytest.raises(ts.CatalogError, match="already exists"):
+        s.from_numpy(A).save("twice")
