@@ -73,7 +73,9 @@ def einsum(
     else:
         it = iter(arrays)
         call_args = [next(it) if i % 2 == 0 and i < 2 * len(arrays) else a for i, a in enumerate(args)]
-    result = default_session().einsum(*call_args, optimize=optimize, join=join, agg=agg)
+    # computed right away, so the operands' memory can be borrowed instead of copied (numpy.einsum reads
+    # its operands while they could change too)
+    result = default_session().einsum(*call_args, optimize=optimize, join=join, agg=agg, copy=False)
     out = result.numpy()
     if out.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
         out = (out != 0) if final == np.bool_ else out.astype(final)

@@ -75,12 +75,13 @@ def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     )
 
 
-def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str) -> pa.Table:
+def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: bool = True) -> pa.Table:
     """One row per block: key columns k0..k{r-1} (INTEGER) and the block's C-order bytes.
 
     Copies each element at most once: the blocks are written back to back into one buffer that becomes the
     Arrow binary column's data buffer (offsets beside it). When the blocks are already contiguous in a
-    C-order array (only the first dimension is split), that is one memcpy (none for a read-only array).
+    C-order array (only the first dimension is split), that is one memcpy, or none for a read-only array or
+    with ``copy=False`` (the caller then promises not to change the array while the relation is used).
     """
     arr = np.asarray(array, dtype=DTYPES[dtype])
     shape = arr.shape
@@ -100,7 +101,7 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str) -> pa.Tab
         # blocks are consecutive slabs of the array: one memcpy, or none for a read-only array (the relation
         # then views the caller's memory, which cannot change under it)
         flat = arr.reshape(-1).view(np.uint8)
-        data = flat if not arr.flags.writeable else flat.copy()
+        data = flat if not (copy and arr.flags.writeable) else flat.copy()
     else:
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
         for b in range(nblocks):

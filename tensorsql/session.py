@@ -199,12 +199,17 @@ class Session:
         blocks: Sequence[int] | None = None,
         *,
         dtype: object | None = None,
+        copy: bool = True,
     ) -> TensorRelation:
-        """Split an array into blocks and register them with DuckDB (Arrow, no extra table copy)."""
+        """Split an array into blocks and register them with DuckDB (Arrow, no extra table copy).
+
+        ``copy=False`` lets the relation view the array's memory where the blocking allows (row slabs of a
+        C-contiguous array); the array must then not change while the relation is in use.
+        """
         arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
         bs = B.resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
-        table = B.split(arr, bs, name)
+        table = B.split(arr, bs, name, copy=copy)
         view = self._name()
         with self._lock:
             self.con.register(view, table)
@@ -454,12 +459,14 @@ class Session:
         agg: str | None = None,
         strategy: str | None = None,
         blocks: dict[object, int] | None = None,
+        copy: bool = True,
     ) -> TensorRelation:
         """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (DESIGN.md).
 
         Blocking: EinDecomp by default; ``strategy=`` picks another (sqrt, data, model, none, operands)
         and ``blocks={label: parts}`` fixes the parts of the named labels in every step. numpy operands
-        are uploaded in the blocking the plan wants (they are free to split; stored relations are not).
+        are uploaded in the blocking the plan wants (they are free to split; stored relations are not);
+        ``copy=False`` borrows their memory where it can (see ``from_numpy``).
         """
         if strategy is not None and strategy not in planning.STRATEGIES:
             raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(planning.STRATEGIES)}")
@@ -499,7 +506,7 @@ class Session:
             )
             blocking.update({i: info.input_blocks.get(id(h), blocking[i]) for i, h in holders.items()})
         rels = [
-            self.from_numpy(arrays[i], block_shape=blocking[i]) if i in arrays else op
+            self.from_numpy(arrays[i], block_shape=blocking[i], copy=copy) if i in arrays else op
             for i, op in enumerate(operands)
         ]
         node = frontend.build(sub, [r.node for r in rels], **kw)
