@@ -1118,3 +1118,69 @@ def test_gemm_threaded_split(ext_path, threads, dtype):
         else:
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
     c.close()
+
+
+def _assert_gemm_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    if dtype.startswith("int"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
+
+
+TILED_CASES = [
+    # Z interleaves labels of x and y (C formed in tiles and scattered), with and without a batch label
+    ("abk,kcd->acbd", {"a": 30, "b": 40, "k": 7, "c": 25, "d": 20}),
+    ("zak,zkc->azc", {"z": 3, "a": 300, "k": 5, "c": 500}),
+    ("bdgf,aceg->abcdef", {"a": 9, "b": 8, "c": 8, "d": 9, "e": 8, "f": 8, "g": 9}),
+    # one label transposed against Z's order (a 2-D blocked transpose in the scatter)
+    ("kab,kc->cba", {"k": 3, "a": 150, "b": 130, "c": 40}),
+]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "complex128"])
+def test_gemm_tiled_scatter(ext_path, threads, dtype):
+    """Outputs large enough that C is formed tile by tile and scattered into Z (scalar and fused agg)."""
+    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
+    udf_kernels.load(c)
+    rng = np.random.default_rng(11)
+    for spec, sizes in TILED_CASES:
+        lhs, _ = spec.split("->")
+        lx, ly = lhs.split(",")
+        xs = [rand(shape_for(lx, sizes), dtype, rng) for _ in range(2)]
+        ys = [rand(shape_for(ly, sizes), dtype, rng) for _ in range(2)]
+        want = einsum_ref(spec, "multiply", "sum", dtype, xs[0], ys[0])
+        got = unblob(sql_einsum(c, spec, "multiply", "sum", dtype, xs[0], ys[0]), dtype, want.shape)
+        _assert_gemm_close(got, want, dtype)
+        want2 = want + einsum_ref(spec, "multiply", "sum", dtype, xs[1], ys[1])
+        c.execute("CREATE OR REPLACE TABLE t (x BLOB, y BLOB)")
+        pairs = [(blob(x), blob(y)) for x, y in zip(xs, ys, strict=True)]
+        c.executemany("INSERT INTO t VALUES (?, ?)", pairs)
+        row = c.execute(
+            "SELECT tensor_einsum_agg(?, 'multiply', 'sum', ?, x, ?::BIGINT[], y, ?::BIGINT[]) FROM t",
+            [spec, dtype, list(xs[0].shape), list(ys[0].shape)],
+        ).fetchone()
+        _assert_gemm_close(unblob(row[0], dtype, want.shape), want2, dtype)
+    c.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64"])
+def test_einsum_agg_parallel_groups(ext_path, dtype):
+    """Many groups of large GEMM rows in one chunk: groups spread over the pool, a group's rows in order."""
+    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": "2"})
+    udf_kernels.load(c)
+    rng = np.random.default_rng(5)
+    n, groups, per = 160, 6, 3
+    data = [[(rand((n, n), dtype, rng), rand((n, n), dtype, rng)) for _ in range(per)] for _ in range(groups)]
+    rows = [(g, blob(x), blob(y)) for j in range(per) for g in range(groups) for x, y in [data[g][j]]]
+    c.execute("CREATE TABLE t (g INTEGER, x BLOB, y BLOB)")
+    c.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
+    got = c.execute(
+        f"SELECT g, tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', '{dtype}', x, [{n}, {n}], y, "
+        f"[{n}, {n}]) FROM t GROUP BY g ORDER BY g"
+    ).fetchall()
+    assert [g for g, _ in got] == list(range(groups))
+    for g, z in got:
+        want = sum(einsum_ref("ab,bc->ac", "multiply", "sum", dtype, x, y) for x, y in data[g])
+        _assert_gemm_close(unblob(z, dtype, (n, n)), want, dtype)
+    c.close()

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -184,11 +185,37 @@ inline uint64_t checked_numel(const Shape &shape, size_t itemsize, const char *f
 	return zero ? 0 : n;
 }
 
-// Aligned scratch storage reused across rows (blob data from DuckDB may be unaligned).
+// Aligned scratch storage reused across rows (blob data from DuckDB may be unaligned). Growing keeps the
+// first size() bytes; new bytes are left uninitialized (callers write every byte they read, or call zeros()),
+// so a fresh multi-megabyte buffer is not cleared once by the allocator and again by its user.
 class AlignedBuf {
 public:
+	AlignedBuf() = default;
+	AlignedBuf(const AlignedBuf &o) {
+		*this = o;
+	}
+	AlignedBuf &operator=(const AlignedBuf &o) {
+		if (this != &o) {
+			resize(o.size_);
+			if (o.size_) {
+				std::memcpy(data(), o.data(), o.size_);
+			}
+		}
+		return *this;
+	}
+	AlignedBuf(AlignedBuf &&) noexcept = default;
+	AlignedBuf &operator=(AlignedBuf &&) noexcept = default;
+
 	unsigned char *resize(size_t bytes) {
-		store_.resize((bytes + sizeof(Unit) - 1) / sizeof(Unit));
+		const size_t units = (bytes + sizeof(Unit) - 1) / sizeof(Unit);
+		if (units > cap_) {
+			std::unique_ptr<Unit[]> fresh(new Unit[units]); // default-initialized: not cleared
+			if (size_) {
+				std::memcpy(static_cast<void *>(fresh.get()), static_cast<const void *>(store_.get()), size_);
+			}
+			store_ = std::move(fresh);
+			cap_ = units;
+		}
 		size_ = bytes;
 		return data();
 	}
@@ -201,18 +228,18 @@ public:
 		return data();
 	}
 	unsigned char *data() {
-		return reinterpret_cast<unsigned char *>(store_.data());
+		return reinterpret_cast<unsigned char *>(store_.get());
 	}
 	const unsigned char *data() const {
-		return reinterpret_cast<const unsigned char *>(store_.data());
+		return reinterpret_cast<const unsigned char *>(store_.get());
 	}
 	template <class T>
 	T *as() {
-		return reinterpret_cast<T *>(store_.data());
+		return reinterpret_cast<T *>(store_.get());
 	}
 	template <class T>
 	const T *as() const {
-		return reinterpret_cast<const T *>(store_.data());
+		return reinterpret_cast<const T *>(store_.get());
 	}
 	size_t size() const {
 		return size_;
@@ -223,7 +250,8 @@ public:
 
 private:
 	using Unit = std::max_align_t;
-	std::vector<Unit> store_;
+	std::unique_ptr<Unit[]> store_;
+	size_t cap_ = 0;
 	size_t size_ = 0;
 };
 

@@ -10,6 +10,9 @@
 #include "gemm.hpp"
 #include "agg_state.hpp"
 
+#include <algorithm>
+#include <exception>
+#include <functional>
 #include <memory>
 
 namespace tsk {
@@ -386,6 +389,10 @@ struct EinsumAggState {
 	Agg agg = Agg::Sum;
 	Shape out_shape;
 	AlignedBuf buf;
+	// No row has been added yet: buf is uninitialized. The first GEMM row overwrites it (beta = 0) instead of
+	// adding to an identity-filled block; anything else fills the identity first (settle()).
+	bool fresh = true;
+	void settle();
 };
 
 template <class T>
@@ -407,6 +414,27 @@ T agg_identity(Agg a) {
 		break;
 	}
 	return T(0);
+}
+
+template <class T>
+T *st_data(EinsumAggState *st) {
+	return st->buf.template as<T>();
+}
+
+void EinsumAggState::settle() {
+	if (!fresh) {
+		return;
+	}
+	dispatch(dtype, [&](auto tag) {
+		using T = typename decltype(tag)::type;
+		T *p = buf.template as<T>();
+		const T id = agg_identity<T>(agg);
+		const size_t n = buf.size() / sizeof(T);
+		for (size_t i = 0; i < n; i++) {
+			p[i] = id;
+		}
+	});
+	fresh = false;
 }
 
 void combine_into(Agg agg, DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
@@ -433,16 +461,172 @@ void check_state(const EinsumAggState &st, DType dt, Agg agg, const Shape &out, 
 	}
 }
 
+// Contraction plans of one update call, kept at stable addresses (rows of one chunk refer to them until the
+// deferred GEMMs have run). Usually one plan, a few at ragged edges; the last one used is checked first.
+class ContractionStore {
+public:
+	const Contraction &get(const Spec &spec, const Shape &xs, const Shape &ys, DType dt, const char *fn) {
+		const bool integer = is_integer_dtype(dt);
+		const size_t isz = itemsize(dt);
+		auto match = [&](const Entry &e) {
+			return e.isz == isz && e.integer == integer && e.xs == xs && e.ys == ys && e.spec == spec.text;
+		};
+		if (last_ != nullptr && match(*last_)) {
+			return last_->c;
+		}
+		for (auto &e : entries_) {
+			if (match(*e)) {
+				last_ = e.get();
+				return e->c;
+			}
+		}
+		auto e = std::make_unique<Entry>();
+		e->c = plan_contraction(spec, xs, ys, isz, integer, fn);
+		e->spec = spec.text;
+		e->xs = xs;
+		e->ys = ys;
+		e->isz = isz;
+		e->integer = integer;
+		last_ = e.get();
+		entries_.push_back(std::move(e));
+		return last_->c;
+	}
+
+private:
+	struct Entry {
+		Contraction c;
+		std::string spec;
+		Shape xs, ys;
+		size_t isz = 0;
+		bool integer = false;
+	};
+	std::vector<std::unique_ptr<Entry>> entries_;
+	Entry *last_ = nullptr;
+};
+
+// One deferred GEMM row of an update call: z(state) += contraction(x, y).
+struct GemmRow {
+	const Contraction *c;
+	EinsumAggState *st;
+	DType dt;
+	Bytes xb, yb;
+};
+
+void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, AlignedBuf &xa, AlignedBuf &ya) {
+	dispatch(w.dt, [&](auto tag) {
+		using T = typename decltype(tag)::type;
+		const T *x = aligned_view<T>(w.xb, xa);
+		const T *y = aligned_view<T>(w.yb, ya);
+		contract<T>(*w.c, x, y, st_data<T>(w.st), !w.st->fresh, budget, scratch);
+		w.st->fresh = false;
+	});
+}
+
+// Runs the chunk's GEMM rows. Rows of one group (state) run in row order on one thread; when the chunk has
+// enough groups to balance over the threads the call may use, whole groups go to the budget's pool (each GEMM
+// single-threaded, at full BLAS efficiency and without a hand-off per GEMM); otherwise the rows run here one
+// after another and each large GEMM splits itself.
+void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
+	if (rows.empty()) {
+		return;
+	}
+	double total = 0;
+	for (const auto &w : rows) {
+		total += w.c->flops * (is_complex_dtype(w.dt) ? 4.0 : 1.0);
+	}
+	int got = 1;
+	if (budget != nullptr && budget->total() > 1 && rows.size() > 1) {
+		got = budget->acquire(gemm_threads_wanted(total, budget->total()));
+	}
+	struct Group {
+		size_t first, last; // [first, last) in rows, after the stable sort by state
+		double flops;
+	};
+	std::vector<Group> groups;
+	std::vector<std::vector<size_t>> bins;
+	bool parallel = false;
+	if (got > 1) {
+		std::stable_sort(rows.begin(), rows.end(), [](const GemmRow &a, const GemmRow &b) {
+			return std::less<const EinsumAggState *>()(a.st, b.st);
+		});
+		for (size_t i = 0; i < rows.size(); i++) {
+			const double f = rows[i].c->flops * (is_complex_dtype(rows[i].dt) ? 4.0 : 1.0);
+			if (groups.empty() || rows[groups.back().first].st != rows[i].st) {
+				groups.push_back(Group {i, i + 1, f});
+			} else {
+				groups.back().last = i + 1;
+				groups.back().flops += f;
+			}
+		}
+		got = static_cast<int>(std::min<size_t>(static_cast<size_t>(got), groups.size()));
+		if (got > 1) {
+			// longest processing time first: each group to the least loaded bin
+			std::vector<size_t> order(groups.size());
+			for (size_t g = 0; g < order.size(); g++) {
+				order[g] = g;
+			}
+			std::stable_sort(order.begin(), order.end(),
+			                 [&](size_t a, size_t b) { return groups[a].flops > groups[b].flops; });
+			bins.assign(static_cast<size_t>(got), {});
+			std::vector<double> load(static_cast<size_t>(got), 0.0);
+			for (size_t g : order) {
+				const size_t k = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+				bins[k].push_back(g);
+				load[k] += groups[g].flops;
+			}
+			const double worst = *std::max_element(load.begin(), load.end());
+			parallel = worst <= 1.15 * total / got;
+		}
+	}
+	if (!parallel) {
+		if (budget != nullptr && got >= 1 && budget->total() > 1 && rows.size() > 1) {
+			budget->release(got);
+		}
+		GemmScratch scratch;
+		AlignedBuf xa, ya;
+		for (const auto &w : rows) {
+			run_gemm_row(w, budget, scratch, xa, ya);
+		}
+		return;
+	}
+	struct Release {
+		ThreadBudget *b;
+		int n;
+		~Release() {
+			b->release(n);
+		}
+	} release {budget, got};
+	std::vector<std::exception_ptr> errors(static_cast<size_t>(got));
+	budget->run(got, [&](int t) {
+		try {
+			GemmScratch scratch;
+			AlignedBuf xa, ya;
+			for (size_t g : bins[static_cast<size_t>(t)]) {
+				for (size_t i = groups[g].first; i < groups[g].last; i++) {
+					run_gemm_row(rows[i], nullptr, scratch, xa, ya);
+				}
+			}
+		} catch (...) {
+			errors[static_cast<size_t>(t)] = std::current_exception();
+		}
+	});
+	for (const auto &e : errors) {
+		if (e) {
+			std::rethrow_exception(e);
+		}
+	}
+}
+
 void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
 	static constexpr const char *FN = EinsumAggState::kName;
 	guard_aggregate(info, FN, [&] {
 		ThreadBudget *budget = budget_of(duckdb_aggregate_function_get_extra_info(info));
 		const idx_t count = duckdb_data_chunk_get_size(input);
 		EinsumArgs args(input);
-		ContractionCache contractions;
+		ContractionStore contractions;
 		PlanCache plans;
-		GemmScratch scratch;
 		AlignedBuf xa, ya;
+		std::vector<GemmRow> gemm_rows;
 		for (idx_t row = 0; row < count; row++) {
 			if (!args.valid(row)) {
 				continue;
@@ -475,25 +659,23 @@ void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckd
 					fresh->dtype = r.dt;
 					fresh->agg = r.agg;
 					fresh->out_shape = *out_shape;
-					T *p = reinterpret_cast<T *>(fresh->buf.resize(out_numel * sizeof(T)));
-					const T id = agg_identity<T>(r.agg);
-					for (uint64_t i = 0; i < out_numel; i++) {
-						p[i] = id;
-					}
+					fresh->buf.resize(out_numel * sizeof(T)); // filled by the first row (see fresh)
 					st = fresh.release();
 				} else {
 					check_state(*st, r.dt, r.agg, *out_shape, FN);
 				}
-				const T *x = aligned_view<T>(r.xb, xa);
-				const T *y = aligned_view<T>(r.yb, ya);
-				T *z = st->buf.template as<T>();
 				if (gemm) {
-					contract<T>(*c, x, y, z, true, budget, scratch);
+					// deferred: the GEMM rows of the chunk run together below (possibly in parallel)
+					gemm_rows.push_back(GemmRow {c, st, r.dt, r.xb, r.yb});
 				} else {
-					run_join<T, true>(r.join, r.agg, *plan, x, y, z, FN);
+					st->settle();
+					const T *x = aligned_view<T>(r.xb, xa);
+					const T *y = aligned_view<T>(r.yb, ya);
+					run_join<T, true>(r.join, r.agg, *plan, x, y, st->buf.template as<T>(), FN);
 				}
 			});
 		}
+		run_gemm_rows(gemm_rows, budget);
 	});
 }
 
@@ -509,6 +691,11 @@ void einsum_agg_combine(duckdb_function_info info, duckdb_aggregate_state *sourc
 			EinsumAggState *&tgt = slot<EinsumAggState>(target[i]);
 			if (tgt == nullptr) {
 				tgt = new EinsumAggState(*src);
+				tgt->settle();
+				continue;
+			}
+			tgt->settle();
+			if (src->fresh) { // no row completed (an update failed): contributes nothing
 				continue;
 			}
 			check_state(*tgt, src->dtype, src->agg, src->out_shape, FN);
@@ -516,6 +703,18 @@ void einsum_agg_combine(duckdb_function_info info, duckdb_aggregate_state *sourc
 			             src->buf.size() / itemsize(src->dtype), FN);
 		}
 	});
+}
+
+void einsum_agg_finalize(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_vector result,
+                         idx_t count, idx_t offset) {
+	guard_aggregate(info, EinsumAggState::kName, [&] {
+		for (idx_t i = 0; i < count; i++) {
+			if (EinsumAggState *st = slot<EinsumAggState>(source[i])) {
+				st->settle();
+			}
+		}
+	});
+	state_finalize<EinsumAggState>(info, source, result, count, offset);
 }
 
 void delete_budget(void *p) {
@@ -549,7 +748,7 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	                                                     state_init<EinsumAggState>,
 	                                                     einsum_agg_update,
 	                                                     einsum_agg_combine,
-	                                                     state_finalize<EinsumAggState>,
+	                                                     einsum_agg_finalize,
 	                                                     state_destroy<EinsumAggState>});
 	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
 	ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;

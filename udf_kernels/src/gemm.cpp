@@ -1,10 +1,11 @@
 #include "gemm.hpp"
+#include "permute.hpp"
 
 #include <cblas.h>
 
 #include <algorithm>
 #include <climits>
-#include <thread>
+#include <exception>
 
 namespace tsk {
 
@@ -14,7 +15,7 @@ void blas_single_threaded() {
 
 namespace {
 
-// Work below this many flops per thread is not worth another thread (spawn + join cost ~30 us).
+// Work below this many flops per thread is not worth another thread (pool hand-off ~10 us).
 constexpr double kFlopsPerThread = 12.0e6;
 
 bool unit(int64_t stride, int64_t extent) {
@@ -111,7 +112,92 @@ OperandPlan plan_operand(int op, const LabelInfo &li, const std::vector<int> &bg
 	return p;
 }
 
+// Tiles of one group (B, M or N): the largest sub-box with at most `cap` elements of the form
+// (one value of each label before `level`) x (a range of `level`) x (all of the labels after it).
+Contraction::GroupTiles group_tiles(const std::vector<int> &g, const int64_t *size, int64_t cap) {
+	Contraction::GroupTiles t;
+	for (int l : g) {
+		t.sizes.push_back(size[l]);
+	}
+	cap = std::max<int64_t>(1, cap);
+	const size_t p = t.sizes.size();
+	if (p == 0) {
+		return t; // one tile of one element
+	}
+	for (size_t level = 0; level < p; level++) {
+		int64_t inner = 1;
+		for (size_t i = level + 1; i < p; i++) {
+			inner *= t.sizes[i];
+		}
+		if (inner <= cap || level + 1 == p) {
+			t.level = level;
+			t.range = std::max<int64_t>(1, std::min<int64_t>(t.sizes[level], cap / inner));
+			t.rows = t.range * inner;
+			break;
+		}
+	}
+	t.count = 1;
+	for (size_t i = 0; i < t.level; i++) {
+		t.count *= t.sizes[i];
+	}
+	t.count *= (t.sizes[t.level] + t.range - 1) / t.range;
+	return t;
+}
+
+// C tile target: ~256 KiB (L2-resident next to the operand panels) and at least 128 rows where M allows.
+constexpr int64_t kTileBytes = 256 * 1024;
+
+void plan_tiles(Contraction &c, const std::vector<int> &B, const std::vector<int> &M, const std::vector<int> &N,
+                const int64_t *size, const int64_t *zstride, const std::string &output, size_t isz) {
+	const int64_t m = prod(M, size), n = prod(N, size);
+	const int64_t cap = std::max<int64_t>(4096, kTileBytes / static_cast<int64_t>(isz));
+	if (m * n <= 2 * cap) {
+		return; // one scratch C per batch is small already
+	}
+	c.tiled = true;
+	c.bt = group_tiles(B, size, 1); // batches one at a time
+	c.nt = group_tiles(N, size, std::max<int64_t>(1, cap / std::min<int64_t>(m, 128)));
+	c.mt = group_tiles(M, size, std::max<int64_t>(1, cap / c.nt.rows));
+	int pos[3] = {0, 0, 0};
+	for (char ch : output) {
+		const int l = label_index(ch);
+		int g = 0;
+		if (std::find(M.begin(), M.end(), l) != M.end()) {
+			g = 1;
+		} else if (std::find(N.begin(), N.end(), l) != N.end()) {
+			g = 2;
+		}
+		c.zlabels.push_back(Contraction::ZLabel {size[l], zstride[l], g, pos[g]++});
+	}
+}
+
 } // namespace
+
+int64_t Contraction::GroupTiles::tile(int64_t t, int64_t *start, int64_t *len) const {
+	const size_t p = sizes.size();
+	if (p == 0) {
+		return 0;
+	}
+	const int64_t nr = (sizes[level] + range - 1) / range;
+	const int64_t r = t % nr;
+	t /= nr;
+	start[level] = r * range;
+	len[level] = std::min<int64_t>(range, sizes[level] - r * range);
+	for (size_t i = level; i-- > 0;) {
+		start[i] = t % sizes[i];
+		len[i] = 1;
+		t /= sizes[i];
+	}
+	for (size_t i = level + 1; i < p; i++) {
+		start[i] = 0;
+		len[i] = sizes[i];
+	}
+	int64_t lin = 0;
+	for (size_t i = 0; i < p; i++) {
+		lin = lin * sizes[i] + start[i];
+	}
+	return lin;
+}
 
 Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys, size_t isz, bool integer,
                              const char *fn) {
@@ -223,6 +309,7 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 			const int l = label_index(ch);
 			c.unpack.push_back(Loop {li.size[l], sstride[l], 0});
 		}
+		plan_tiles(c, B, M, N, li.size, zstride, spec.output, isz);
 	}
 	c.nb = nb;
 	c.m = c.swap ? n : m;
@@ -248,7 +335,7 @@ const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf) {
 	T *dst = reinterpret_cast<T *>(buf.resize(p.pack_numel * sizeof(T)));
 	T *d = dst;
 	if (p.pack_inner.empty()) {
-		odometer(p.pack_outer.data(), p.pack_outer.size(), 0, 0, [&](int64_t o, int64_t) { *d++ = src[o]; });
+		permute_into(p.pack_outer.data(), p.pack_outer.size(), src, dst);
 	} else {
 		odometer(p.pack_outer.data(), p.pack_outer.size(), 0, 0, [&](int64_t o, int64_t) {
 			T acc = T(0);
@@ -264,16 +351,16 @@ inline CBLAS_TRANSPOSE tr(bool t) {
 	return t ? CblasTrans : CblasNoTrans;
 }
 
-// C (m x n, row stride ldc, unit col stride) (+)= A * B for one batch, rows [r0, r1).
+// C (m x n, row stride ldc, unit col stride) (+)= A (m x k) * B (k x n): a = A's first row, Bm = B's first
+// column, with the strides/transposition of c.a and c.b and k = c.k.
 template <class T>
-void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, int64_t r1, bool beta1) {
-	const int m = static_cast<int>(r1 - r0), n = static_cast<int>(c.n), k = static_cast<int>(c.k);
+void gemm_raw(const Contraction &c, const T *a, const T *Bm, T *cc, int64_t m64, int64_t n64, int64_t ldc64,
+              bool beta1) {
+	const int m = static_cast<int>(m64), n = static_cast<int>(n64), k = static_cast<int>(c.k);
 	if (m <= 0 || n <= 0) {
 		return;
 	}
-	const T *a = A + r0 * c.a.sr;
-	T *cc = C + r0 * c.cr;
-	const int lda = static_cast<int>(c.a.ld), ldb = static_cast<int>(c.b.ld), ldc = static_cast<int>(c.cr);
+	const int lda = static_cast<int>(c.a.ld), ldb = static_cast<int>(c.b.ld), ldc = static_cast<int>(ldc64);
 	if constexpr (std::is_same_v<T, float>) {
 		scipy_cblas_sgemm(CblasRowMajor, tr(c.a.trans), tr(c.b.trans), m, n, k, 1.0f, a, lda, Bm, ldb,
 		                  beta1 ? 1.0f : 0.0f, cc, ldc);
@@ -295,18 +382,18 @@ void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, 
 		using U = std::make_unsigned_t<T>;
 		constexpr int64_t KB = 128;
 		constexpr int64_t NB = 8192 / sizeof(T) * 4 / 4; // ~8 KiB of a C row and of each B row per pass
-		const int64_t sar = c.a.sr, sac = c.a.sc, sbr = c.b.sr;
+		const int64_t sar = c.a.sr, sac = c.a.sc, sbr = c.b.sr, cr = ldc64;
 		for (int64_t j0 = 0; j0 < n; j0 += NB) {
 			const int64_t jn = std::min<int64_t>(NB, n - j0);
 			if (!beta1) {
 				for (int64_t i = 0; i < m; i++) {
-					std::memset(cc + i * c.cr + j0, 0, static_cast<size_t>(jn) * sizeof(T));
+					std::memset(cc + i * cr + j0, 0, static_cast<size_t>(jn) * sizeof(T));
 				}
 			}
 			for (int64_t k0 = 0; k0 < k; k0 += KB) {
 				const int64_t kn = std::min<int64_t>(KB, k - k0);
 				for (int64_t i = 0; i < m; i++) {
-					U *crow = reinterpret_cast<U *>(cc + i * c.cr + j0);
+					U *crow = reinterpret_cast<U *>(cc + i * cr + j0);
 					const T *arow = a + i * sar;
 					for (int64_t kk = k0; kk < k0 + kn; kk++) {
 						const U av = static_cast<U>(arow[kk * sac]);
@@ -324,31 +411,63 @@ void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, 
 	}
 }
 
+// C (+)= A * B for one batch, rows [r0, r1) of C (row stride c.cr).
+template <class T>
+void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, int64_t r1, bool beta1) {
+	gemm_raw<T>(c, A + r0 * c.a.sr, Bm, C + r0 * c.cr, r1 - r0, c.n, c.cr, beta1);
+}
+
+// Tiles [t0, t1) of a tiled pack_c contraction: each C tile is formed in `buf` and scattered into z.
+template <class T>
+void run_tiles(const Contraction &c, const T *A, const T *Bm, T *z, bool accumulate, int64_t t0, int64_t t1,
+               AlignedBuf &buf) {
+	const int64_t per_b = c.mt.count * c.nt.count;
+	T *tile = reinterpret_cast<T *>(buf.resize(static_cast<size_t>(c.mt.rows * c.nt.rows) * sizeof(T)));
+	std::vector<int64_t> bs(c.bt.sizes.size() + 1), bl(bs.size()), ms(c.mt.sizes.size() + 1), ml(ms.size()),
+	    ns(c.nt.sizes.size() + 1), nl(ns.size());
+	std::vector<int64_t> mstr(ms.size()), nstr(ns.size());
+	std::vector<Loop> loops(c.zlabels.size());
+	for (int64_t t = t0; t < t1; t++) {
+		const int64_t bi = c.bt.tile(t / per_b, bs.data(), bl.data());
+		const int64_t m0 = c.mt.tile((t % per_b) / c.nt.count, ms.data(), ml.data());
+		const int64_t n0 = c.nt.tile(t % c.nt.count, ns.data(), nl.data());
+		int64_t mr = 1, nr = 1;
+		for (size_t i = c.nt.sizes.size(); i-- > 0;) {
+			nstr[i] = nr;
+			nr *= nl[i];
+		}
+		for (size_t i = c.mt.sizes.size(); i-- > 0;) {
+			mstr[i] = mr * nr;
+			mr *= ml[i];
+		}
+		gemm_raw<T>(c, A + bi * c.a.sb + m0 * c.a.sr, Bm + bi * c.b.sb + n0 * c.b.sc, tile, mr, nr, nr, false);
+		int64_t zoff = 0;
+		for (size_t i = 0; i < c.zlabels.size(); i++) {
+			const Contraction::ZLabel &zl = c.zlabels[i];
+			const size_t j = static_cast<size_t>(zl.index);
+			const int64_t st = zl.group == 0 ? bs[j] : zl.group == 1 ? ms[j] : ns[j];
+			const int64_t len = zl.group == 0 ? bl[j] : zl.group == 1 ? ml[j] : nl[j];
+			const int64_t sx = zl.group == 0 ? 0 : zl.group == 1 ? mstr[j] : nstr[j];
+			zoff += st * zl.zstride;
+			loops[i] = Loop {len, sx, zl.zstride};
+		}
+		if (accumulate) {
+			strided_copy(loops.data(), loops.size(), tile, z + zoff, [](T &d, const T &v) { d = wadd(d, v); });
+		} else {
+			strided_copy(loops.data(), loops.size(), tile, z + zoff);
+		}
+	}
+}
+
+// Splits [0, chunks) into `threads` contiguous ranges run on the budget's pool (the first on this thread).
 template <class F>
-void parallel_chunks(int threads, int64_t chunks, F &&body) {
-	if (threads <= 1 || chunks <= 1) {
+void parallel_chunks(ThreadBudget *budget, int threads, int64_t chunks, F &&body) {
+	if (budget == nullptr || threads <= 1 || chunks <= 1) {
 		body(int64_t(0), chunks);
 		return;
 	}
-	const int64_t t = std::min<int64_t>(threads, chunks);
-	std::vector<std::thread> pool;
-	pool.reserve(static_cast<size_t>(t - 1));
-	std::vector<std::pair<int64_t, int64_t>> inline_ranges;
-	for (int64_t i = 1; i < t; i++) {
-		const int64_t lo = chunks * i / t, hi = chunks * (i + 1) / t;
-		try {
-			pool.emplace_back([&body, lo, hi] { body(lo, hi); });
-		} catch (...) { // no thread available: do that share here
-			inline_ranges.emplace_back(lo, hi);
-		}
-	}
-	body(int64_t(0), chunks / t);
-	for (const auto &r : inline_ranges) {
-		body(r.first, r.second);
-	}
-	for (auto &th : pool) {
-		th.join();
-	}
+	const int t = static_cast<int>(std::min<int64_t>(threads, chunks));
+	budget->run(t, [&](int i) { body(chunks * i / t, chunks * (i + 1) / t); });
 }
 
 struct Lease {
@@ -362,6 +481,11 @@ struct Lease {
 };
 
 } // namespace
+
+int gemm_threads_wanted(double flops, int total) {
+	const double w = flops / kFlopsPerThread;
+	return w >= total ? total : (w < 1 ? 1 : static_cast<int>(w));
+}
 
 template <class T>
 void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
@@ -380,18 +504,41 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 	if (c.b.pack) {
 		Bm = pack<T>(c.b, Bm, s.b);
 	}
+	if (c.tiled) {
+		const int64_t tiles = c.bt.count * c.mt.count * c.nt.count;
+		const double work = c.flops * (is_complex_v<T> ? 4.0 : 1.0) + 32.0 * static_cast<double>(c.out_numel);
+		const int want = budget != nullptr ? gemm_threads_wanted(work, budget->total()) : 1;
+		const int got = budget != nullptr ? budget->acquire(want) : 1;
+		Lease lease {budget, got};
+		if (got <= 1 || tiles <= 1) {
+			run_tiles<T>(c, A, Bm, z, accumulate, 0, tiles, s.c);
+		} else {
+			const int t = static_cast<int>(std::min<int64_t>(got, tiles));
+			std::vector<std::exception_ptr> errors(static_cast<size_t>(t));
+			budget->run(t, [&](int i) {
+				try {
+					AlignedBuf own;
+					run_tiles<T>(c, A, Bm, z, accumulate, tiles * i / t, tiles * (i + 1) / t, i == 0 ? s.c : own);
+				} catch (...) {
+					errors[static_cast<size_t>(i)] = std::current_exception();
+				}
+			});
+			for (const auto &e : errors) {
+				if (e) {
+					std::rethrow_exception(e);
+				}
+			}
+		}
+		return;
+	}
 	T *C = c.pack_c ? reinterpret_cast<T *>(s.c.resize(static_cast<size_t>(c.nb * c.m * c.n) * sizeof(T))) : z;
 	const bool beta1 = accumulate && !c.pack_c;
 
-	int want = 1;
-	if (budget != nullptr) {
-		double w = c.flops * (is_complex_v<T> ? 4.0 : 1.0) / kFlopsPerThread;
-		want = w >= budget->total() ? budget->total() : (w < 1 ? 1 : static_cast<int>(w));
-	}
+	const int want = budget != nullptr ? gemm_threads_wanted(c.flops * (is_complex_v<T> ? 4.0 : 1.0), budget->total()) : 1;
 	const int got = budget != nullptr ? budget->acquire(want) : 1;
 	Lease lease {budget, got};
 	if (c.nb >= got || c.nb > 1) {
-		parallel_chunks(got, c.nb, [&](int64_t b0, int64_t b1) {
+		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
 			for (int64_t bi = b0; bi < b1; bi++) {
 				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1);
 			}
@@ -399,7 +546,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 	} else {
 		// one batch: split C's rows in panels of 16
 		const int64_t panels = (c.m + 15) / 16;
-		parallel_chunks(got, panels, [&](int64_t p0, int64_t p1) {
+		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
 			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1);
 		});
 	}
@@ -407,12 +554,9 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		T *zp = z;
 		const T *src = C;
 		if (accumulate) {
-			odometer(c.unpack.data(), c.unpack.size(), 0, 0, [&](int64_t o, int64_t) {
-				*zp = wadd(*zp, src[o]);
-				++zp;
-			});
+			permute_into(c.unpack.data(), c.unpack.size(), src, zp, [](T &d, const T &v) { d = wadd(d, v); });
 		} else {
-			odometer(c.unpack.data(), c.unpack.size(), 0, 0, [&](int64_t o, int64_t) { *zp++ = src[o]; });
+			permute_into(c.unpack.data(), c.unpack.size(), src, zp);
 		}
 	}
 }

@@ -15,9 +15,13 @@
 #include "dtype.hpp"
 #include "spec.hpp"
 
+#include <algorithm>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <type_traits>
 
 namespace tsk {
 
@@ -25,9 +29,27 @@ namespace tsk {
 // holds at least one token while it computes (its own DuckDB thread); a big GEMM may take more and split
 // its work over that many threads. A call waits while no token is free, so kernel threads never exceed the
 // total. One budget is shared by the functions registered on one database (function extra info), not global.
+//
+// The budget also owns that database's helper threads: a persistent pool of at most total-1 workers, started
+// on first use and joined when the budget is destroyed (with the functions' extra info). A call holding g
+// tokens runs g-1 tasks there; since helper tasks in flight never exceed the tokens held beyond one per call,
+// a task never waits for a busy worker for long, and the caller itself runs any task no worker has taken yet,
+// so a job always completes even when no worker thread could be started.
 class ThreadBudget {
 public:
 	explicit ThreadBudget(int total) : total_(total < 1 ? 1 : total), free_(total_) {
+	}
+	ThreadBudget(const ThreadBudget &) = delete;
+	ThreadBudget &operator=(const ThreadBudget &) = delete;
+	~ThreadBudget() {
+		{
+			std::lock_guard<std::mutex> lock(pool_mu_);
+			stop_ = true;
+		}
+		pool_cv_.notify_all();
+		for (auto &w : workers_) {
+			w.join();
+		}
 	}
 	int total() const {
 		return total_;
@@ -48,11 +70,113 @@ public:
 		cv_.notify_all();
 	}
 
+	// Calls body(i) for every i in [0, n): i = 0 on the calling thread, the others on pool workers (or on the
+	// caller when no worker takes them first). Returns when all are done. body must not throw.
+	template <class F>
+	void run(int n, F &&body) {
+		if (n <= 1) {
+			if (n == 1) {
+				body(0);
+			}
+			return;
+		}
+		Job job;
+		job.fn = [](void *ctx, int i) { (*static_cast<std::remove_reference_t<F> *>(ctx))(i); };
+		job.ctx = static_cast<void *>(&body);
+		job.pending = n - 1;
+		{
+			std::lock_guard<std::mutex> lock(pool_mu_);
+			start_workers_locked(n - 1);
+			for (int i = 1; i < n; i++) {
+				queue_.push_back(Task {&job, i});
+			}
+		}
+		if (n - 1 == 1) {
+			pool_cv_.notify_one();
+		} else {
+			pool_cv_.notify_all();
+		}
+		body(0);
+		// Run our own tasks that no worker has started yet, then wait for the rest.
+		while (true) {
+			Task t {nullptr, 0};
+			{
+				std::lock_guard<std::mutex> lock(pool_mu_);
+				for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+					if (it->job == &job) {
+						t = *it;
+						queue_.erase(it);
+						break;
+					}
+				}
+			}
+			if (t.job == nullptr) {
+				break;
+			}
+			execute(t);
+		}
+		std::unique_lock<std::mutex> lock(job.mu);
+		job.cv.wait(lock, [&job] { return job.pending == 0; });
+	}
+
 private:
+	struct Job {
+		void (*fn)(void *, int) = nullptr;
+		void *ctx = nullptr;
+		int pending = 0;
+		std::mutex mu;
+		std::condition_variable cv;
+	};
+	struct Task {
+		Job *job;
+		int index;
+	};
+
+	static void execute(const Task &t) {
+		t.job->fn(t.job->ctx, t.index);
+		std::lock_guard<std::mutex> lock(t.job->mu);
+		if (--t.job->pending == 0) {
+			t.job->cv.notify_all();
+		}
+	}
+
+	// Starts workers up to min(want, total-1); a thread that cannot be started is simply not there.
+	void start_workers_locked(int want) {
+		const size_t target = static_cast<size_t>(std::min(want, total_ - 1));
+		while (workers_.size() < target) {
+			try {
+				workers_.emplace_back([this] { worker_loop(); });
+			} catch (...) {
+				return;
+			}
+		}
+	}
+
+	void worker_loop() {
+		std::unique_lock<std::mutex> lock(pool_mu_);
+		while (true) {
+			pool_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+			if (queue_.empty()) {
+				return; // stop_
+			}
+			const Task t = queue_.front();
+			queue_.pop_front();
+			lock.unlock();
+			execute(t);
+			lock.lock();
+		}
+	}
+
 	std::mutex mu_;
 	std::condition_variable cv_;
 	int total_;
 	int free_;
+
+	std::mutex pool_mu_;
+	std::condition_variable pool_cv_;
+	std::deque<Task> queue_;
+	std::vector<std::thread> workers_;
+	bool stop_ = false;
 };
 
 using BudgetPtr = std::shared_ptr<ThreadBudget>;
@@ -79,6 +203,25 @@ struct Contraction {
 	bool pack_c = false;      // form C in scratch ([B, M, N] contiguous) and add it into Z
 	int64_t cb = 0, cr = 0;   // C strides (batch, row); the column stride is 1
 	std::vector<Loop> unpack; // pack_c: Z's labels in Z order, Loop::sx = stride in the scratch C
+	// pack_c with a large C: C is formed in cache-sized tiles (a sub-box of M x a sub-box of N per batch),
+	// each scattered into Z while still in cache, instead of one big scratch C written and read back.
+	struct ZLabel {
+		int64_t size, zstride;
+		int group; // 0 batch, 1 M, 2 N
+		int index; // position within its group (canonical order = Z order)
+	};
+	struct GroupTiles {
+		std::vector<int64_t> sizes; // the group's label sizes
+		size_t level = 0;           // labels before it: one value per tile; this one: `range` values; after: all
+		int64_t range = 1;
+		int64_t count = 1; // tiles
+		int64_t rows = 1;  // elements of a full tile
+		// Fills start/len (per label of the group) for tile t; returns the tile's linear start in the group.
+		int64_t tile(int64_t t, int64_t *start, int64_t *len) const;
+	};
+	bool tiled = false;
+	std::vector<ZLabel> zlabels;
+	GroupTiles bt, mt, nt;
 	double flops = 0;
 	// dimension-type summary, for tests and EXPLAIN-style introspection
 	std::string kinds;
@@ -98,6 +241,9 @@ struct GemmScratch {
 template <class T>
 void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
               GemmScratch &scratch);
+
+// How many threads `flops` of GEMM work is worth (at least 1, at most total); complex flops count 4x.
+int gemm_threads_wanted(double flops, int total);
 
 // Sets OpenBLAS's own thread count to one (parallelism comes from DuckDB threads and ThreadBudget).
 void blas_single_threaded();
