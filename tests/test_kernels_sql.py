@@ -1184,3 +1184,53 @@ def test_einsum_agg_parallel_groups(ext_path, dtype):
         want = sum(einsum_ref("ab,bc->ac", "multiply", "sum", dtype, x, y) for x, y in data[g])
         _assert_gemm_close(unblob(z, dtype, (n, n)), want, dtype)
     c.close()
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_einsum_agg_mixed_layouts_in_group(ext_path, threads):
+    """A group mixing an interleaved-output GEMM (accumulated in its GEMM layout), a direct GEMM and a
+    non-GEMM join with the same output shape; also over row groups so that states are combined."""
+    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
+    udf_kernels.load(c)
+    rng = np.random.default_rng(8)
+    sz = {"a": 30, "b": 40, "k": 7, "c": 25, "d": 20}
+    specs = [("abk,kcd->acbd", "multiply"), ("acbk,kd->acbd", "multiply"), ("acbd,acbd->acbd", "add")]
+    rows, want = [], {}
+    for rep in range(3):
+        for g in range(2):
+            for spec, join in specs[rep:] + specs[:rep]:
+                lx, ly = spec.split("->")[0].split(",")
+                x, y = rand(shape_for(lx, sz), "float64", rng), rand(shape_for(ly, sz), "float64", rng)
+                ref = einsum_ref(spec, join, "sum", "float64", x, y)
+                want[g] = want.get(g, 0) + ref
+                rows.append((g, spec, join, blob(x), list(x.shape), blob(y), list(y.shape)))
+    c.execute("CREATE TABLE t (g INTEGER, spec VARCHAR, j VARCHAR, x BLOB, xs BIGINT[], y BLOB, ys BIGINT[])")
+    c.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    got = c.execute(
+        "SELECT g, tensor_einsum_agg(spec, j, 'sum', 'float64', x, xs, y, ys) FROM t GROUP BY g ORDER BY g"
+    ).fetchall()
+    for g, z in got:
+        np.testing.assert_allclose(unblob(z, "float64", want[g].shape), want[g], rtol=1e-9, atol=1e-9)
+    c.close()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int64", "complex128"])
+@pytest.mark.parametrize(
+    "spec, sizes",
+    [
+        ("ij->ji", {"i": 70, "j": 90}),
+        ("ijkl->ljik", {"i": 37, "j": 5, "k": 41, "l": 33}),
+        ("abc->cab", {"a": 3, "b": 50, "c": 66}),
+        ("abcd->bacd", {"a": 9, "b": 7, "c": 13, "d": 11}),
+        ("iij->ji", {"i": 40, "j": 45}),
+        ("aib->ba", {"a": 35, "i": 1, "b": 50}),
+    ],
+)
+def test_einsum1_permutations(scon, spec, sizes, dtype):
+    """Larger permutations (contiguous runs, blocked 2-D transposes, diagonals) against numpy."""
+    rng = np.random.default_rng(4)
+    lx = spec.split("->")[0]
+    x = rand(shape_for(lx, sizes), dtype, rng)
+    want = np.einsum(spec, x)
+    got = unblob(sql_einsum1(scon, spec, "sum", dtype, x), dtype, want.shape)
+    np.testing.assert_array_equal(got, want)

@@ -9,6 +9,7 @@
 #include "spec.hpp"
 #include "gemm.hpp"
 #include "agg_state.hpp"
+#include "permute.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -102,6 +103,12 @@ struct JMin {
 template <class T, class J, class A, bool BIN>
 void kernel(const Plan &p, const T *x, const T *y, T *z) {
 	T *zp = z;
+	if constexpr (!BIN) {
+		if (p.inner.empty()) { // a unary einsum without reduction is a permutation (diagonals included)
+			permute_into(p.outer.data(), p.outer.size(), x, z);
+			return;
+		}
+	}
 	if (p.inner.empty()) { // nothing aggregated: the output is just the join
 		odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {
 			if constexpr (BIN) {
@@ -392,8 +399,25 @@ struct EinsumAggState {
 	// No row has been added yet: buf is uninitialized. The first GEMM row overwrites it (beta = 0) instead of
 	// adding to an identity-filled block; anything else fills the identity first (settle()).
 	bool fresh = true;
+	// Empty: buf is in Z's C order. Otherwise buf holds C in the GEMM layout of a pack_c contraction (Z's
+	// interleaved labels grouped as [B, M, N]) and these loops (Z order, Loop::sx = stride in buf) map it to Z:
+	// the rows of a group (typically one per K block) then accumulate with beta = 1 and Z is permuted once.
+	std::vector<Loop> layout;
 	void settle();
+	void to_z(); // settle(), then permute buf into Z's order if it is in a GEMM layout
 };
+
+bool same_layout(const std::vector<Loop> &a, const std::vector<Loop> &b) {
+	if (a.size() != b.size()) {
+		return false;
+	}
+	for (size_t i = 0; i < a.size(); i++) {
+		if (a[i].size != b[i].size || a[i].sx != b[i].sx) {
+			return false;
+		}
+	}
+	return true;
+}
 
 template <class T>
 T agg_identity(Agg a) {
@@ -435,6 +459,21 @@ void EinsumAggState::settle() {
 		}
 	});
 	fresh = false;
+}
+
+void EinsumAggState::to_z() {
+	settle();
+	if (layout.empty()) {
+		return;
+	}
+	AlignedBuf z;
+	z.resize(buf.size());
+	dispatch(dtype, [&](auto tag) {
+		using T = typename decltype(tag)::type;
+		permute_into(layout.data(), layout.size(), buf.template as<T>(), z.template as<T>());
+	});
+	buf = std::move(z);
+	layout.clear();
 }
 
 void combine_into(Agg agg, DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
@@ -510,6 +549,7 @@ struct GemmRow {
 	EinsumAggState *st;
 	DType dt;
 	Bytes xb, yb;
+	bool shared = false; // the chunk has more GEMM rows for this state
 };
 
 void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, AlignedBuf &xa, AlignedBuf &ya) {
@@ -517,8 +557,20 @@ void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, 
 		using T = typename decltype(tag)::type;
 		const T *x = aligned_view<T>(w.xb, xa);
 		const T *y = aligned_view<T>(w.yb, ya);
-		contract<T>(*w.c, x, y, st_data<T>(w.st), !w.st->fresh, budget, scratch);
-		w.st->fresh = false;
+		EinsumAggState &st = *w.st;
+		if (w.c->pack_c &&
+		    ((st.fresh && w.shared) || (!st.layout.empty() && same_layout(st.layout, w.c->unpack)))) {
+			// several products for this state: accumulate in the GEMM layout, permute to Z's order once
+			// (finalize/combine) instead of scattering every product into Z
+			if (st.fresh) {
+				st.layout = w.c->unpack;
+			}
+			contract<T>(*w.c, x, y, st_data<T>(&st), !st.fresh, budget, scratch, true);
+		} else {
+			st.to_z();
+			contract<T>(*w.c, x, y, st_data<T>(&st), !st.fresh, budget, scratch);
+		}
+		st.fresh = false;
 	});
 }
 
@@ -529,6 +581,18 @@ void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, 
 void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	if (rows.empty()) {
 		return;
+	}
+	{
+		std::vector<const EinsumAggState *> sts;
+		sts.reserve(rows.size());
+		for (const auto &w : rows) {
+			sts.push_back(w.st);
+		}
+		std::sort(sts.begin(), sts.end(), std::less<const EinsumAggState *>());
+		for (auto &w : rows) {
+			const auto r = std::equal_range(sts.begin(), sts.end(), w.st, std::less<const EinsumAggState *>());
+			w.shared = r.second - r.first > 1;
+		}
 	}
 	double total = 0;
 	for (const auto &w : rows) {
@@ -668,7 +732,7 @@ void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckd
 					// deferred: the GEMM rows of the chunk run together below (possibly in parallel)
 					gemm_rows.push_back(GemmRow {c, st, r.dt, r.xb, r.yb});
 				} else {
-					st->settle();
+					st->to_z();
 					const T *x = aligned_view<T>(r.xb, xa);
 					const T *y = aligned_view<T>(r.yb, ya);
 					run_join<T, true>(r.join, r.agg, *plan, x, y, st->buf.template as<T>(), FN);
@@ -699,8 +763,18 @@ void einsum_agg_combine(duckdb_function_info info, duckdb_aggregate_state *sourc
 				continue;
 			}
 			check_state(*tgt, src->dtype, src->agg, src->out_shape, FN);
-			combine_into(tgt->agg, tgt->dtype, tgt->buf.data(), src->buf.data(),
-			             src->buf.size() / itemsize(src->dtype), FN);
+			const EinsumAggState *from = src;
+			std::unique_ptr<EinsumAggState> converted;
+			if (!same_layout(tgt->layout, src->layout)) { // both to Z's order
+				tgt->to_z();
+				if (!src->layout.empty()) {
+					converted = std::make_unique<EinsumAggState>(*src);
+					converted->to_z();
+					from = converted.get();
+				}
+			}
+			combine_into(tgt->agg, tgt->dtype, tgt->buf.data(), from->buf.data(),
+			             from->buf.size() / itemsize(from->dtype), FN);
 		}
 	});
 }
@@ -710,7 +784,7 @@ void einsum_agg_finalize(duckdb_function_info info, duckdb_aggregate_state *sour
 	guard_aggregate(info, EinsumAggState::kName, [&] {
 		for (idx_t i = 0; i < count; i++) {
 			if (EinsumAggState *st = slot<EinsumAggState>(source[i])) {
-				st->settle();
+				st->to_z();
 			}
 		}
 	});

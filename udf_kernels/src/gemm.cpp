@@ -489,7 +489,8 @@ int gemm_threads_wanted(double flops, int total) {
 
 template <class T>
 void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
-              GemmScratch &s) {
+              GemmScratch &s, bool packed_out) {
+	packed_out = packed_out && c.pack_c;
 	if (c.empty || c.nb * c.m * c.n == 0) {
 		if (!accumulate && c.out_numel) {
 			std::memset(static_cast<void *>(z), 0, c.out_numel * sizeof(T));
@@ -504,7 +505,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 	if (c.b.pack) {
 		Bm = pack<T>(c.b, Bm, s.b);
 	}
-	if (c.tiled) {
+	if (c.tiled && !packed_out) {
 		const int64_t tiles = c.bt.count * c.mt.count * c.nt.count;
 		const double work = c.flops * (is_complex_v<T> ? 4.0 : 1.0) + 32.0 * static_cast<double>(c.out_numel);
 		const int want = budget != nullptr ? gemm_threads_wanted(work, budget->total()) : 1;
@@ -531,8 +532,10 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		}
 		return;
 	}
-	T *C = c.pack_c ? reinterpret_cast<T *>(s.c.resize(static_cast<size_t>(c.nb * c.m * c.n) * sizeof(T))) : z;
-	const bool beta1 = accumulate && !c.pack_c;
+	T *C = c.pack_c && !packed_out
+	           ? reinterpret_cast<T *>(s.c.resize(static_cast<size_t>(c.nb * c.m * c.n) * sizeof(T)))
+	           : z;
+	const bool beta1 = accumulate && (!c.pack_c || packed_out);
 
 	const int want = budget != nullptr ? gemm_threads_wanted(c.flops * (is_complex_v<T> ? 4.0 : 1.0), budget->total()) : 1;
 	const int got = budget != nullptr ? budget->acquire(want) : 1;
@@ -550,7 +553,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1);
 		});
 	}
-	if (c.pack_c) {
+	if (c.pack_c && !packed_out) {
 		T *zp = z;
 		const T *src = C;
 		if (accumulate) {
@@ -562,16 +565,16 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 }
 
 template void contract<float>(const Contraction &, const float *, const float *, float *, bool, ThreadBudget *,
-                              GemmScratch &);
+                              GemmScratch &, bool);
 template void contract<double>(const Contraction &, const double *, const double *, double *, bool,
-                               ThreadBudget *, GemmScratch &);
+                               ThreadBudget *, GemmScratch &, bool);
 template void contract<int32_t>(const Contraction &, const int32_t *, const int32_t *, int32_t *, bool,
-                                ThreadBudget *, GemmScratch &);
+                                ThreadBudget *, GemmScratch &, bool);
 template void contract<int64_t>(const Contraction &, const int64_t *, const int64_t *, int64_t *, bool,
-                                ThreadBudget *, GemmScratch &);
+                                ThreadBudget *, GemmScratch &, bool);
 template void contract<c64>(const Contraction &, const c64 *, const c64 *, c64 *, bool, ThreadBudget *,
-                            GemmScratch &);
+                            GemmScratch &, bool);
 template void contract<c128>(const Contraction &, const c128 *, const c128 *, c128 *, bool, ThreadBudget *,
-                             GemmScratch &);
+                             GemmScratch &, bool);
 
 } // namespace tsk

@@ -237,10 +237,11 @@ struct GemmScratch {
 };
 
 // z (+)= contraction of x and y. accumulate=false overwrites z (out_numel elements). budget may be null
-// (single-threaded).
+// (single-threaded). packed_out (only meaningful when c.pack_c): z holds C in its GEMM layout ([B, M, N]
+// contiguous; c.unpack maps it to Z's order) and the product is added there without the scatter into Z.
 template <class T>
 void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
-              GemmScratch &scratch);
+              GemmScratch &scratch, bool packed_out = false);
 
 // How many threads `flops` of GEMM work is worth (at least 1, at most total); complex flops count 4x.
 int gemm_threads_wanted(double flops, int total);
