@@ -1234,3 +1234,23 @@ def test_einsum1_permutations(scon, spec, sizes, dtype):
     want = np.einsum(spec, x)
     got = unblob(sql_einsum1(scon, spec, "sum", dtype, x), dtype, want.shape)
     np.testing.assert_array_equal(got, want)
+
+
+def test_einsum_agg_tokens_returned(ext_path):
+    """Smoke test: repeated single-group chunks (the aggregate takes thread tokens, finds nothing to spread,
+    gives them back and lets each GEMM take its own). A lost token is not visible from SQL (it only
+    serializes later calls), so this checks results across repeated queries on one connection."""
+    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": "2"})
+    udf_kernels.load(c)
+    rng = np.random.default_rng(2)
+    n = 200
+    xs = [rand((n, n), "float64", rng) for _ in range(3)]
+    c.execute("CREATE TABLE t (g INTEGER, x BLOB)")
+    c.executemany("INSERT INTO t VALUES (?, ?)", [(0, blob(x)) for x in xs])
+    want = sum(x @ x for x in xs)
+    shape = f"[{n}, {n}]"
+    q = f"SELECT tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', x, {shape}, x, {shape}) FROM t"
+    for _ in range(4):
+        (z,) = c.execute(q).fetchone()
+        np.testing.assert_allclose(unblob(z, "float64", (n, n)), want, rtol=1e-9)
+    c.close()

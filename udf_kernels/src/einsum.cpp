@@ -598,10 +598,26 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	for (const auto &w : rows) {
 		total += w.c->flops * (is_complex_dtype(w.dt) ? 4.0 : 1.0);
 	}
-	int got = 1;
+	// Tokens acquired here, released on every path (also when something below throws); got <= held threads
+	// are used.
+	struct Held {
+		ThreadBudget *b = nullptr;
+		int n = 0;
+		void release() {
+			if (b != nullptr && n > 0) {
+				b->release(n);
+			}
+			n = 0;
+		}
+		~Held() {
+			release();
+		}
+	} held;
 	if (budget != nullptr && budget->total() > 1 && rows.size() > 1) {
-		got = budget->acquire(gemm_threads_wanted(total, budget->total()));
+		held.b = budget;
+		held.n = budget->acquire(gemm_threads_wanted(total, budget->total()));
 	}
+	int got = held.n < 1 ? 1 : held.n;
 	struct Group {
 		size_t first, last; // [first, last) in rows, after the stable sort by state
 		double flops;
@@ -643,9 +659,7 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 		}
 	}
 	if (!parallel) {
-		if (budget != nullptr && got >= 1 && budget->total() > 1 && rows.size() > 1) {
-			budget->release(got);
-		}
+		held.release(); // each GEMM below takes its own tokens
 		GemmScratch scratch;
 		AlignedBuf xa, ya;
 		for (const auto &w : rows) {
@@ -653,13 +667,6 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 		}
 		return;
 	}
-	struct Release {
-		ThreadBudget *b;
-		int n;
-		~Release() {
-			b->release(n);
-		}
-	} release {budget, got};
 	std::vector<std::exception_ptr> errors(static_cast<size_t>(got));
 	budget->run(got, [&](int t) {
 		try {
