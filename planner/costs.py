@@ -211,14 +211,14 @@ class CostModel:
 
     Element counts (join, aggregation, repartition) become bytes via ``itemsize``. ``workers`` is how many
     kernel calls run at once; with the default 1 the formula is exactly the sum, and splitting only adds
-    overhead, so ``choose_p`` prefers few large blocks. Defaults are rough figures for the project's 2-core
-    AVX-512 machine (DESIGN.md facts): ~195 GFLOP/s, ~1 GB/s moving blobs through DuckDB, ~100 us per
-    kernel call; ``python -m planner.calibrate`` (provided by tensorsql) measures real ones.
+    overhead, so ``choose_p`` prefers few large blocks. Defaults are what ``python -m tensorsql.calibrate
+    --threads 2`` measured on the project's 2-core AVX-512 machine (2026-11-21): ~3 us per kernel call,
+    ~6 ns per byte a repartition moves through DuckDB, ~14 ps per flop of a whole single-block matmul query.
     """
 
-    per_call: float = 1e-4
-    per_byte: float = 1e-9
-    per_flop: float = 1.0 / 195e9
+    per_call: float = 3e-6
+    per_byte: float = 6e-9
+    per_flop: float = 1.4e-11
     itemsize: int = 4
     workers: int = 1
 

@@ -17,6 +17,7 @@ import planner as P
 from tensorsql import expr as E
 from tensorsql.errors import PlanError
 from tensorsql.lower import Partitioning, default_partitioning
+from tensorsql.subscripts import label_name
 
 STRATEGIES = ("eindecomp", "sqrt", "data", "model", "none", "operands")
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -176,8 +177,15 @@ def _record(info: PlanInfo, graph: _Graph, plan: P.Plan) -> None:
     for v, node in graph.node_of.items():
         if v in plan.breakdown:
             info.node_costs[id(node)] = dict(plan.breakdown[v])
-        if v in plan.partitions:
-            info.node_parts[id(node)] = dict(plan.partitions[v])
+        # parts shown in the einsum's own label names (the planner works on per-vertex letters); inputs,
+        # maps and casts by dimension
+        if isinstance(node, E.EinSum) and v in plan.partitions:
+            parts = plan.partitions[v]
+            info.node_parts[id(node)] = {
+                label_name(x): parts.get(ch, 1) for x, ch in graph.letters[id(node)].items()
+            }
+        elif v in plan.layouts:
+            info.node_parts[id(node)] = {f"dim{i}": d for i, d in enumerate(plan.layouts[v])}
     info.notes.extend(plan.notes)
 
 
