@@ -436,7 +436,7 @@ def section_chain(repeat: int, quick: bool) -> None:
     """(A x B) + (C x (D x E)), square and skewed: modelled cost and measured time per strategy."""
     from benchmarks import chain
 
-    chain.main(["--s-square", "256" if quick else "512", "--s-skewed", "400" if quick else "1000"])
+    chain.main(["--s-square", "256" if quick else "1024", "--s-skewed", "400" if quick else "2000"])
 
 
 SECTIONS = {
