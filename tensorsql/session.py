@@ -20,7 +20,7 @@ from tensorsql import blocks as B
 from tensorsql import catalog, frontend, lower, planning, sqlgen
 from tensorsql import expr as E
 from tensorsql import tra as T
-from tensorsql.dtypes import DTYPES, dtype_name
+from tensorsql.dtypes import dtype_name
 from tensorsql.errors import (
     CatalogError,
     ConfigError,
@@ -356,6 +356,7 @@ class Session:
                 row = rows[0]
                 raise ShapeError(f"from_sql: row with coordinates {row} lies outside shape {shape}")
 
+        pos = T.positional(shape, bs, name)
         # per row: block keys and the flat C-order index inside the (possibly ragged) block
         keyed_cols: list[exp.Expression] = []
         exts: list[exp.Expression] = []
@@ -364,7 +365,7 @@ class Session:
                 this=exp.IntDiv(this=col("s", c), expression=lit(b)), to=exp.DataType.build("INTEGER")
             )
             keyed_cols.append(exp.alias_(k, ident(f"k{d}")))
-            exts.append(sqlgen.extent(_pos_schema(shape, bs, name), f"k{d}", exp.Paren(this=k.copy())))
+            exts.append(sqlgen.extent(pos, f"k{d}", exp.Paren(this=k.copy())))
         flat: exp.Expression = lit(0)
         for d, c in enumerate(idx_cols):
             local = exp.Mod(this=col("s", c), expression=lit(bs[d]))
@@ -375,7 +376,6 @@ class Session:
             exp.alias_(exp.Cast(this=flat, to=exp.DataType.build("BIGINT")), ident("idx")),
             exp.alias_(exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type)), ident("v")),
         ).from_(src.subquery("s"))
-        pos = _pos_schema(shape, bs, name)
         numel: exp.Expression = lit(1)
         for d in range(r):
             numel = exp.Mul(this=numel, expression=sqlgen.extent(pos, f"k{d}", col("p", f"k{d}")))
@@ -546,10 +546,6 @@ def _label_parts(blocks: dict[object, int], sizes: dict[int, int]) -> dict[int, 
     return out
 
 
-def _pos_schema(shape: tuple[int, ...], bs: tuple[int, ...], dtype: str) -> T.Schema:
-    return T.positional(shape, bs, dtype)
-
-
 def _unregister(session_ref: weakref.ref, view: str) -> None:
     s = session_ref()
     if s is None:
@@ -574,4 +570,4 @@ def _drop_temp(session_ref: weakref.ref, name: str) -> None:
         pass
 
 
-__all__ = ["Plan", "Session", "DTYPES"]
+__all__ = ["Plan", "Session", "as_array"]

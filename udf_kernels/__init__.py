@@ -107,7 +107,10 @@ def extension_path() -> Path:
 
 
 def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
+    """The path as a SQL string literal, quoted by sqlglot (sqlglot has no LOAD statement node)."""
+    from sqlglot import exp
+
+    return exp.Literal.string(text).sql(dialect="duckdb")
 
 
 def load(con: Any) -> Path:
@@ -120,7 +123,7 @@ def load(con: Any) -> Path:
 
     path = extension_path()
     try:
-        con.execute(f"LOAD {_sql_string(str(path))}")
+        con.execute("LOAD " + _sql_string(str(path))).fetchall()
     except duckdb.Error as exc:
         raise KernelLoadError(
             f"could not load {path}: {exc} (the DuckDB connection must be created with "
