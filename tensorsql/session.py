@@ -17,7 +17,7 @@ from sqlglot import exp
 
 import udf_kernels
 from tensorsql import blocks as B
-from tensorsql import catalog, frontend, lower, planning, sqlgen
+from tensorsql import catalog, frontend, ingest, lower, planning, sqlgen
 from tensorsql import expr as E
 from tensorsql import tra as T
 from tensorsql.dtypes import dtype_name
@@ -33,7 +33,7 @@ from tensorsql.errors import (
     TensorSQLError,
 )
 from tensorsql.relation import TensorRelation
-from tensorsql.sqlgen import call, col, ident, lit
+from tensorsql.sqlgen import ident, lit
 from tensorsql.subscripts import label_name, parse, split_args
 
 _ids = itertools.count()
@@ -321,115 +321,19 @@ class Session:
         if not isinstance(parsed, exp.Query):
             raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
         r = len(shape)
-        idx_cols = [f"i{d}" for d in range(r)]
         _, described = self._execute(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
-        ncols = len(described)
-        if ncols != r + 1:
+        if len(described) != r + 1:
+            cols = ", ".join([*(f"i{d}" for d in range(r)), "value"])
             raise ShapeError(
-                f"from_sql: the query returns {ncols} column(s) but a {r}-d tensor needs {r + 1} "
-                f"({', '.join(idx_cols)}, value)"
+                f"from_sql: the query returns {len(described)} column(s) but a {r}-d tensor needs "
+                f"{r + 1} ({cols})"
             )
-        src = exp.select(exp.Star()).from_(
-            exp.Subquery(
-                this=parsed,
-                alias=exp.TableAlias(this=ident("q"), columns=[ident(c) for c in [*idx_cols, "v"]]),
-            )
-        )
-        # coordinates outside the shape (or NULL) are an error, reported with the first offender
-        bad = [
-            exp.or_(
-                exp.Is(this=col("s", c), expression=exp.Null()),
-                exp.LT(this=col("s", c), expression=lit(0)),
-                exp.GTE(this=col("s", c), expression=lit(n)),
-            )
-            for c, n in zip(idx_cols, shape, strict=True)
-        ]
-        if bad:
-            check = (
-                exp.select(*[col("s", c) for c in idx_cols])
-                .from_(src.subquery("s"))
-                .where(exp.or_(*bad))
-                .limit(1)
-            )
+        check = ingest.out_of_range(parsed, shape)
+        if check is not None:
             rows = self.execute(check, "from_sql")
             if rows:
-                row = rows[0]
-                raise ShapeError(f"from_sql: row with coordinates {row} lies outside shape {shape}")
-
-        pos = T.positional(shape, bs, name)
-        # per row: block keys and the flat C-order index inside the (possibly ragged) block
-        keyed_cols: list[exp.Expression] = []
-        exts: list[exp.Expression] = []
-        for d, (c, b) in enumerate(zip(idx_cols, bs, strict=True)):
-            k = exp.Cast(
-                this=exp.IntDiv(this=col("s", c), expression=lit(b)), to=exp.DataType.build("INTEGER")
-            )
-            keyed_cols.append(exp.alias_(k, ident(f"k{d}")))
-            exts.append(sqlgen.extent(pos, f"k{d}", exp.Paren(this=k.copy())))
-        flat: exp.Expression = lit(0)
-        for d, c in enumerate(idx_cols):
-            local = exp.Mod(this=col("s", c), expression=lit(bs[d]))
-            flat = exp.Add(this=exp.Mul(this=exp.Paren(this=flat), expression=exts[d]), expression=local)
-        value_type = "BIGINT" if name.startswith("int") else "DOUBLE"
-        keyed = exp.select(
-            *keyed_cols,
-            exp.alias_(exp.Cast(this=flat, to=exp.DataType.build("BIGINT")), ident("idx")),
-            exp.alias_(exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type)), ident("v")),
-        ).from_(src.subquery("s"))
-        numel: exp.Expression = lit(1)
-        for d in range(r):
-            numel = exp.Mul(this=numel, expression=sqlgen.extent(pos, f"k{d}", col("p", f"k{d}")))
-        packed = (
-            exp.select(
-                *[col("p", f"k{d}") for d in range(r)],
-                exp.alias_(
-                    call(
-                        "tensor_pack",
-                        lit(name),
-                        col("p", "idx"),
-                        col("p", "v"),
-                        exp.Cast(this=numel, to=exp.DataType.build("BIGINT")),
-                    ),
-                    ident("tensor"),
-                ),
-            )
-            .from_(keyed.subquery("p"))
-            .group_by(*[col("p", f"k{d}") for d in range(r)])
-        )
-        # densify: every block key of the grid, zero blocks where no row fell
-        g = B.grid(shape, bs)
-        dense = exp.select(
-            *[
-                exp.alias_(exp.Cast(this=col(f"g{d}", "k"), to=exp.DataType.build("INTEGER")), ident(f"k{d}"))
-                for d in range(r)
-            ],
-            exp.alias_(
-                call(
-                    "coalesce",
-                    col("b", "tensor"),
-                    call(
-                        "tensor_zeros",
-                        lit(name),
-                        sqlgen.array([sqlgen.extent(pos, f"k{d}", col(f"g{d}", "k")) for d in range(r)]),
-                    ),
-                ),
-                ident("tensor"),
-            ),
-        )
-        if r == 0:
-            dense = dense.from_(exp.select(exp.alias_(lit(0), ident("one"))).subquery("g"))
-        for d in range(r):
-            rng = exp.Table(
-                this=call("range", lit(0), lit(g[d])),
-                alias=exp.TableAlias(this=ident(f"g{d}"), columns=[ident("k")]),
-            )
-            dense = dense.from_(rng) if d == 0 else dense.join(rng, join_type="cross")
-        on = (
-            exp.and_(*[exp.EQ(this=col("b", f"k{d}"), expression=col(f"g{d}", "k")) for d in range(r)])
-            if r
-            else exp.true()
-        )
-        dense = dense.join(packed.subquery("b"), on=on, join_type="left")
+                raise ShapeError(f"from_sql: row with coordinates {rows[0]} lies outside shape {shape}")
+        dense = ingest.blocks_from_rows(parsed, shape, bs, name)
         view = self._name()
         create = exp.Create(
             this=exp.Table(this=ident(view)),
