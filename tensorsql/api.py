@@ -10,7 +10,7 @@ import opt_einsum
 
 from tensorsql import frontend
 from tensorsql.dtypes import carrier_dtype
-from tensorsql.errors import EinsumError, ShapeError
+from tensorsql.errors import DTypeError, EinsumError, ShapeError
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Session, as_array
 from tensorsql.subscripts import parse, split_args
@@ -32,40 +32,49 @@ def default_session() -> Session:
         return _default
 
 
-def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None) -> np.dtype:
+def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, casting: str) -> np.dtype:
+    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
+        raise DTypeError(f"casting={casting!r}: expected no, equiv, safe, same_kind or unsafe")
     if dtype is not None:
         try:
             want = np.dtype(dtype)  # type: ignore[call-overload]
         except TypeError as exc:
-            from tensorsql.errors import DTypeError
-
             raise DTypeError(f"unknown dtype={dtype!r}") from exc
         for i, a in enumerate(arrays):
-            if not np.can_cast(a.dtype, want, "safe"):
-                from tensorsql.errors import DTypeError
-
-                raise DTypeError(f"operand {i} of dtype {a.dtype} cannot be cast safely to dtype={want}")
+            if not np.can_cast(a.dtype, want, casting):  # type: ignore[arg-type]
+                raise DTypeError(
+                    f"operand {i} of dtype {a.dtype} cannot be cast to dtype={want} with casting={casting!r}"
+                )
         return want
     return np.result_type(*arrays) if arrays else np.dtype("float64")
 
 
 def einsum(
     *args: object,
+    out: np.ndarray | None = None,
     optimize: object = "auto",
     dtype: object | None = None,
+    order: str = "K",
+    casting: str = "safe",
     join: str | None = None,
     agg: str | None = None,
 ) -> object:
     """``numpy.einsum`` run as SQL through DuckDB: numpy arrays in, numpy array out.
 
-    With any TensorRelation operand the result is a lazy TensorRelation in that relation's session.
+    Takes numpy's keywords (``out``, ``dtype``, ``order``, ``casting``, ``optimize``) plus the extended
+    EinSum's ``join``/``agg``. With any TensorRelation operand the result is a lazy TensorRelation in that
+    relation's session (``out`` is then not allowed).
     """
     _, _, operands = split_args(args)
     rel_ops = [op for op in operands if isinstance(op, TensorRelation)]
     if rel_ops:
+        if out is not None:
+            raise ShapeError("out= is for numpy operands; a TensorRelation result is lazy")
         return rel_ops[0].session.einsum(*args, optimize=optimize, dtype=dtype, join=join, agg=agg)
+    if order not in ("K", "A", "C", "F"):
+        raise ShapeError(f"order={order!r}: expected one of K, A, C, F")
     arrays = [as_array(op, f"operand {i}") for i, op in enumerate(operands)]
-    final = _numpy_result_dtype(arrays, dtype)
+    final = _numpy_result_dtype(arrays, dtype, casting)
     carrier = carrier_dtype(final)
     arrays = [a.astype(carrier, copy=False) for a in arrays]
     if isinstance(args[0], str):
@@ -76,10 +85,20 @@ def einsum(
     # computed right away, so the operands' memory can be borrowed instead of copied (numpy.einsum reads
     # its operands while they could change too)
     result = default_session().einsum(*call_args, optimize=optimize, join=join, agg=agg, copy=False)
-    out = result.numpy()
-    if out.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
-        out = (out != 0) if final == np.bool_ else out.astype(final)
-    return out[()] if out.ndim == 0 else out
+    res = result.numpy()
+    if res.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
+        res = (res != 0) if final == np.bool_ else res.astype(final)
+    if order == "F":
+        res = np.asfortranarray(res)
+    if out is not None:
+        if not isinstance(out, np.ndarray) or out.shape != res.shape:
+            got = getattr(out, "shape", type(out).__name__)
+            raise ShapeError(f"out= must be an ndarray of shape {res.shape}, got {got}")
+        if not np.can_cast(res.dtype, out.dtype, casting):  # type: ignore[arg-type]
+            raise DTypeError(f"result dtype {res.dtype} cannot be cast to out dtype {out.dtype} ({casting=})")
+        np.copyto(out, res, casting="unsafe")
+        return out
+    return res[()] if res.ndim == 0 else res
 
 
 def einsum_path(*args: object, optimize: object = "greedy") -> tuple[list[object], str]:

@@ -270,3 +270,20 @@ def test_opt_einsum_unicode_symbols_beyond_52_labels():
     assert any(ord(c) > 127 for c in eq)
     ops = [rand(sh) for sh in shapes]
     np.testing.assert_allclose(ts.einsum(eq, *ops), oe.contract(eq, *ops), rtol=1e-9, atol=1e-12)
+
+
+def test_numpy_keywords_out_order_casting():
+    a, b = rand((3, 4)), rand((4, 5))
+    out = np.empty((3, 5))
+    assert ts.einsum("ij,jk->ik", a, b, out=out) is out
+    np.testing.assert_allclose(out, a @ b)
+    f = ts.einsum("ij,jk->ik", a, b, order="F")
+    assert f.flags.f_contiguous
+    got = ts.einsum("i,i", np.ones(3), np.ones(3), dtype=np.float32, casting="same_kind")
+    assert got.dtype == np.float32 and got == 3
+    with pytest.raises(ts.ShapeError, match=r"out= must be an ndarray of shape \(3, 5\)"):
+        ts.einsum("ij,jk->ik", a, b, out=np.empty((2, 2)))
+    with pytest.raises(ts.DTypeError, match="cannot be cast to out dtype"):
+        ts.einsum("ij,jk->ik", a, b, out=np.empty((3, 5), dtype=np.int64))
+    with pytest.raises(ts.DTypeError, match="casting='bogus'"):
+        ts.einsum("ij,jk->ik", a, b, casting="bogus")

@@ -74,7 +74,7 @@ def test_bad_dtypes(s):
         s.from_numpy(np.ones(3, dtype=np.float16))
     with pytest.raises(ts.DTypeError, match="object"):
         ts.einsum("i,i", np.array([1, "a"], dtype=object), np.ones(2))
-    with pytest.raises(ts.DTypeError, match="cannot be cast safely"):
+    with pytest.raises(ts.DTypeError, match=r"cannot be cast to dtype=float32 with casting=.safe."):
         ts.einsum("i,i", np.ones(3), np.ones(3), dtype=np.float32)
     with pytest.raises(ts.DTypeError, match="unknown dtype"):
         s.from_sql("SELECT 0, 1.0", shape=(1,), dtype="float99")
