@@ -85,7 +85,11 @@ def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np
     if cm is None:
         zero = np.zeros_like(lc["join"])
         return {"join": lc["join"], "agg": lc["agg"], "compute": zero, "calls": lc["calls"]}
-    s = _model_scale(cm, lc["calls"])
+    # calls that reduce into the same output block run one after another (the executor's fused aggregate
+    # accumulates a group in order), so a vertex runs in parallel only across its output blocks
+    out = list(dict.fromkeys(_index(e).out))
+    groups = D[:, out].astype(np.float64).prod(axis=1) if out else np.ones(len(D))
+    s = _model_scale(cm, groups)
     byte = cm.per_byte * cm.itemsize
     return {
         "join": lc["join"] * byte * s,
