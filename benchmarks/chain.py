@@ -54,8 +54,8 @@ def run_one(s: ts.Session, arrays: dict[str, np.ndarray], strategy: str, repeat:
         k: s.from_numpy(a, block_shape=info.input_blocks.get(id(holders[k].node), a.shape))
         for k, a in arrays.items()
     }
-    rel = chain(s, ops, strategy)
-    rel._plan_options["free_inputs"] = {id(r.node) for r in ops.values()}
+    free = {id(r.node) for r in ops.values()}
+    rel = TensorRelation(s, chain(s, ops, strategy).node, {"strategy": strategy, "free_inputs": free})
     plan = rel.plan()
     best = float("inf")
     out = None

@@ -53,7 +53,7 @@ class TensorRelation:
         return self.plan().partitioning.block_shapes[id(self.node)]
 
     def numpy(self) -> np.ndarray:
-        table = self.session.run(self.node, self.plan())
+        table = self.session.run(self.plan())
         return B.assemble(table, self.shape, self.block_shape, self.node.dtype)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
@@ -62,7 +62,7 @@ class TensorRelation:
 
     def to_arrow(self) -> pa.Table:
         """Key columns and the ``tensor`` blob column, with dtype/shape/block_shape in schema metadata."""
-        table = self.session.run(self.node, self.plan())
+        table = self.session.run(self.plan())
         return table.replace_schema_metadata(B.metadata(self.shape, self.block_shape, self.node.dtype))
 
     def save(self, name: str, *, replace: bool = False) -> TensorRelation:
@@ -85,7 +85,7 @@ class TensorRelation:
         """The same tensor with another block shape (a repartition done in SQL by slice/assemble)."""
         bs = B.resolve_block_shape(self.shape, block_shape, blocks, "reblock")
         node = E.Reblock(shape=self.shape, dtype=self.node.dtype, input=self.node, block_shape=bs)
-        return TensorRelation(self.session, node, {"strategy": "operands"})
+        return TensorRelation(self.session, node, dict(self._plan_options))
 
     def __repr__(self) -> str:
         kind = "stored" if isinstance(self.node, E.Source) else "lazy"

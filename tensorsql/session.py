@@ -178,8 +178,9 @@ class Session:
         rel = lower.lower(node, part)
         return Plan(node, part, rel, sqlgen.to_ast(rel), info)
 
-    def run(self, node: E.Node, plan: Plan | None = None) -> pa.Table:
-        text = (plan or self.plan(node)).sql(pretty=False)
+    def run(self, plan: Plan) -> pa.Table:
+        """Execute a plan's SQL; the result is an Arrow table of (k0.., tensor) rows."""
+        text = plan.sql(pretty=False)
         with self._lock:
             try:
                 return self.con.sql(text).to_arrow_table()

@@ -242,55 +242,56 @@ bool is_integer_dtype(DType d) {
 	return d == DType::I32 || d == DType::I64;
 }
 
-// Remembers the last contraction plan (shapes change only at ragged edges).
+// Remembers the value built for the last (spec, shapes, dtype): shapes change only at ragged edges.
+template <class V>
+class LastCache {
+public:
+	template <class Build>
+	const V &get(const Spec &spec, const Shape &xs, const Shape &ys, DType dt, Build &&build) {
+		if (!has_ || dt != dt_ || spec.text != spec_ || xs != xs_ || ys != ys_) {
+			v_ = build();
+			spec_ = spec.text;
+			xs_ = xs;
+			ys_ = ys;
+			dt_ = dt;
+			has_ = true;
+		}
+		return v_;
+	}
+
+private:
+	bool has_ = false;
+	std::string spec_;
+	Shape xs_, ys_;
+	DType dt_ {};
+	V v_;
+};
+
+// GEMM mapping of a binary spec.
 class ContractionCache {
 public:
 	const Contraction &get(const Spec &spec, const Shape &xs, const Shape &ys, DType dt, const char *fn) {
-		const bool integer = is_integer_dtype(dt);
-		if (!has_ || spec.text != spec_ || xs != xs_ || ys != ys_ || itemsize(dt) != isz_ || integer != integer_) {
-			c_ = plan_contraction(spec, xs, ys, itemsize(dt), integer, fn);
-			spec_ = spec.text;
-			xs_ = xs;
-			ys_ = ys;
-			isz_ = itemsize(dt);
-			integer_ = integer;
-			has_ = true;
-		}
-		return c_;
+		return cache_.get(spec, xs, ys, dt,
+		                  [&] { return plan_contraction(spec, xs, ys, itemsize(dt), is_integer_dtype(dt), fn); });
 	}
 
 private:
-	bool has_ = false;
-	std::string spec_;
-	Shape xs_, ys_;
-	size_t isz_ = 0;
-	bool integer_ = false;
-	Contraction c_;
+	LastCache<Contraction> cache_;
 };
 
-// Plan (generic loop) cache, same idea.
+// Generic strided-loop plan of a binary spec.
 class PlanCache {
 public:
 	const Plan &get(const Spec &spec, const Shape &xs, const Shape &ys, DType dt, const char *fn) {
-		if (!has_ || spec.text != spec_ || xs != xs_ || ys != ys_ || itemsize(dt) != isz_) {
+		return cache_.get(spec, xs, ys, dt, [&] {
 			static const char *const names[] = {"x", "y"};
 			const Shape *shapes[] = {&xs, &ys};
-			p_ = make_plan(spec, shapes, names, itemsize(dt), fn);
-			spec_ = spec.text;
-			xs_ = xs;
-			ys_ = ys;
-			isz_ = itemsize(dt);
-			has_ = true;
-		}
-		return p_;
+			return make_plan(spec, shapes, names, itemsize(dt), fn);
+		});
 	}
 
 private:
-	bool has_ = false;
-	std::string spec_;
-	Shape xs_, ys_;
-	size_t isz_ = 0;
-	Plan p_;
+	LastCache<Plan> cache_;
 };
 
 ThreadBudget *budget_of(void *extra) {
