@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import operator
 from collections.abc import Sequence
 
@@ -123,8 +124,14 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
     """
     dt = DTYPES[dtype]
     r = len(shape)
-    out = np.zeros(shape, dtype=dt)
     keys = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
+    view = _slab_view(table, keys, shape, block_shape, dt)
+    if view is not None:
+        return view
+    nblocks = math.prod(-(-m // b) for m, b in zip(shape, block_shape, strict=True)) if all(shape) else 0
+    complete = table.num_rows == nblocks and table.column("tensor").null_count == 0
+    # every element is written below when every block is present (keys are unique in a tensor relation)
+    out = np.empty(shape, dtype=dt) if complete else np.zeros(shape, dtype=dt)
     row0 = 0
     for chunk in table.column("tensor").chunks:
         n = len(chunk)
@@ -155,3 +162,66 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
             out[sl] = data[lo:hi].view(dt).reshape(ext)
         row0 += n
     return out
+
+
+class _BufferOwner:
+    """Keeps an Arrow buffer alive under a numpy array that views it.
+
+    The Arrow table of a query result belongs to the caller alone (DuckDB keeps no reference after the
+    export), so the view may be writable, like the array numpy's own einsum returns.
+    """
+
+    __slots__ = ("__array_interface__", "_buffer")
+
+    def __init__(self, buffer: pa.Buffer, offset: int, shape: tuple[int, ...], dt: np.dtype) -> None:
+        self._buffer = buffer
+        self.__array_interface__ = {
+            "version": 3,
+            "shape": shape,
+            "typestr": dt.str,
+            "data": (buffer.address + offset, False),
+        }
+
+
+def _slab_view(
+    table: pa.Table,
+    keys: list[np.ndarray],
+    shape: tuple[int, ...],
+    block_shape: tuple[int, ...],
+    dt: np.dtype,
+) -> np.ndarray | None:
+    """The result without a copy when its blobs already lie in the array's C order in one Arrow buffer.
+
+    That is the case when every block is a slab along the first axis (one block, or row panels), all are
+    present and the rows come in key order: the concatenated blobs are then the array's bytes.
+    """
+    column = table.column("tensor")
+    if (
+        column.num_chunks != 1
+        or column.null_count
+        or 0 in shape
+        or tuple(block_shape[1:]) != tuple(shape[1:])
+    ):
+        return None
+    chunk = column.chunks[0]
+    n = len(chunk)
+    panels = -(-shape[0] // block_shape[0]) if shape else 1
+    if n != panels or any(np.any(k[1:] != 0) for k in keys[1:]):
+        return None
+    if shape and not np.array_equal(keys[0], np.arange(n)):
+        return None
+    _, obuf, dbuf = chunk.buffers()
+    if dbuf is None:
+        return None
+    large = pa.types.is_large_binary(chunk.type)
+    offs = np.frombuffer(obuf, dtype=np.int64 if large else np.int32)[chunk.offset : chunk.offset + n + 1]
+    row_bytes = math.prod(shape[1:]) * dt.itemsize
+    want = (
+        [min(block_shape[0], shape[0] - i * block_shape[0]) * row_bytes for i in range(n)]
+        if shape
+        else [dt.itemsize]
+    )
+    lo = int(offs[0])
+    if not np.array_equal(np.diff(offs), want) or (dbuf.address + lo) % dt.alignment:
+        return None
+    return np.asarray(_BufferOwner(dbuf, lo, tuple(shape), dt))

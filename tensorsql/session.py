@@ -16,8 +16,8 @@ import sqlglot
 from sqlglot import exp
 
 import udf_kernels
+from tensorsql import allocator, catalog, frontend, ingest, lower, planning, sqlgen
 from tensorsql import blocks as B
-from tensorsql import catalog, frontend, ingest, lower, planning, sqlgen
 from tensorsql import expr as E
 from tensorsql import tra as T
 from tensorsql.dtypes import dtype_name
@@ -110,6 +110,8 @@ class Session:
     def __init__(
         self, database: str = ":memory:", threads: int | None = None, strategy: str = "eindecomp"
     ) -> None:
+        if allocator.enabled_by_env():
+            allocator.tune()
         config = {"allow_unsigned_extensions": "true"}
         if threads is not None:
             if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:

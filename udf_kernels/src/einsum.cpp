@@ -471,7 +471,7 @@ void EinsumAggState::to_z() {
 	z.resize(buf.size());
 	dispatch(dtype, [&](auto tag) {
 		using T = typename decltype(tag)::type;
-		permute_into(layout.data(), layout.size(), buf.template as<T>(), z.template as<T>());
+		permute_into(layout.data(), layout.size(), std::as_const(buf).template as<T>(), z.template as<T>());
 	});
 	buf = std::move(z);
 	layout.clear();
