@@ -792,6 +792,32 @@ def test_reduce_as_window_function(con):
         np.testing.assert_array_equal(unblob(out, "float64", (2,)), [sum(range(lo, i + 1)), i + 1 - lo])
 
 
+@pytest.mark.parametrize("frame", ["UNBOUNDED PRECEDING", "3 PRECEDING"])
+def test_einsum_agg_as_window_function_shares_states_safely(con, frame):
+    """Window segment trees combine the same source states into many targets: block buffers are shared
+    copy-on-write, so a later update or combine into one target must never change another."""
+    rng = np.random.default_rng(7)
+    n = 24
+    xs = [rand((3, 4), "float64", rng) for _ in range(n)]
+    ys = [rand((4, 2), "float64", rng) for _ in range(n)]
+    con.execute("CREATE TABLE w (i INTEGER, x BLOB, y BLOB)")
+    con.executemany("INSERT INTO w VALUES (?, ?, ?)", [(i, blob(xs[i]), blob(ys[i])) for i in range(n)])
+    for agg_sql, ref in [
+        (
+            "tensor_einsum_agg('ij,jk->ik', 'multiply', 'sum', 'float64', x, [3, 4], y, [4, 2])",
+            lambda lo, hi: sum(xs[i] @ ys[i] for i in range(lo, hi + 1)),
+        ),
+        ("tensor_sum(x, 'float64')", lambda lo, hi: sum(xs[i] for i in range(lo, hi + 1))),
+    ]:
+        rows = con.execute(
+            f"SELECT i, {agg_sql} OVER (ORDER BY i ROWS BETWEEN {frame} AND CURRENT ROW) FROM w ORDER BY i"
+        ).fetchall()
+        for i, out in rows:
+            lo = 0 if frame.startswith("UNBOUNDED") else max(0, i - 3)
+            want = ref(lo, i)
+            np.testing.assert_allclose(unblob(out, "float64", want.shape), want, rtol=1e-12)
+
+
 def test_aggregates_multithreaded_many_groups(con):
     """Enough rows for several row groups so DuckDB aggregates on 2 threads and combines their states."""
     con.execute("SET threads = 2")

@@ -1,0 +1,99 @@
+"""Result hand-off without copies (row-slab results view the Arrow buffer) and the allocator settings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import tensorsql as ts
+from tensorsql import allocator
+from tensorsql import blocks as B
+
+
+@pytest.fixture(scope="module")
+def s():
+    sess = ts.connect(threads=2)
+    yield sess
+    sess.close()
+
+
+def _viewed(arr: np.ndarray) -> bool:
+    return isinstance(arr.base, B._BufferOwner)
+
+
+@pytest.mark.parametrize(
+    ("a_blocks", "b_blocks", "viewed"),
+    [
+        ((300, 200), (200, 100), True),
+        ((100, 200), (200, 100), None),
+        ((128, 64), (64, 100), None),
+        ((300, 200), (200, 50), False),
+        ((64, 64), (64, 64), False),
+    ],
+)
+def test_matmul_result_is_a_writable_array(s, a_blocks, b_blocks, viewed):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((300, 200))
+    b = rng.standard_normal((200, 100))
+    ra, rb = s.from_numpy(a, block_shape=a_blocks), s.from_numpy(b, block_shape=b_blocks)
+    rel = s.einsum("ij,jk->ik", ra, rb, strategy="operands")
+    got = rel.numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
+    assert got.flags.writeable and got.flags.c_contiguous
+    if viewed is not None:  # several row panels are viewed only when the rows happen to come in key order
+        assert _viewed(got) == viewed
+    got[0, 0] = 42.0  # the caller owns the memory: writing does not touch any later result
+    again = rel.numpy()
+    assert again[0, 0] == pytest.approx((a @ b)[0, 0])
+
+
+def _table(blobs: list[bytes | None], keys: list[list[int]]) -> pa.Table:
+    cols = {f"k{d}": pa.array([k[d] for k in keys], pa.int32()) for d in range(len(keys[0]))}
+    cols["tensor"] = pa.array(blobs, pa.binary())
+    return pa.table(cols)
+
+
+def test_slab_view_needs_key_order_and_every_panel():
+    x = np.arange(12.0).reshape(4, 3)
+    top, bottom = x[:3].tobytes(), x[3:].tobytes()
+    ordered = B.assemble(_table([top, bottom], [[0, 0], [1, 0]]), (4, 3), (3, 3), "float64")
+    assert _viewed(ordered)
+    np.testing.assert_array_equal(ordered, x)
+    swapped = B.assemble(_table([bottom, top], [[1, 0], [0, 0]]), (4, 3), (3, 3), "float64")
+    assert not _viewed(swapped)
+    np.testing.assert_array_equal(swapped, x)
+    missing = B.assemble(_table([bottom], [[1, 0]]), (4, 3), (3, 3), "float64")
+    assert not _viewed(missing)
+    np.testing.assert_array_equal(missing, np.where(np.arange(4)[:, None] < 3, 0.0, x))
+    with_null = B.assemble(_table([top, None], [[0, 0], [1, 0]]), (4, 3), (3, 3), "float64")
+    assert not _viewed(with_null)
+    np.testing.assert_array_equal(with_null[3], 0.0)
+
+
+def test_slab_view_of_a_scalar_and_wrong_sizes_are_checked():
+    scalar = B.assemble(_table([np.float32(2.5).tobytes()], [[0]]).drop(["k0"]), (), (), "float32")
+    assert scalar.shape == () and scalar == np.float32(2.5)
+    bad = _table([np.zeros(8).tobytes(), np.zeros(4).tobytes()], [[0, 0], [1, 0]])
+    with pytest.raises(ts.KernelError, match=r"has 64 bytes but its shape \(3, 3\) of float64 needs 72"):
+        B.assemble(bad, (4, 3), (3, 3), "float64")
+
+
+def test_allocator_tuning_is_idempotent_and_reversible(monkeypatch):
+    if not allocator.tune():
+        pytest.skip("not glibc: the allocator is left alone")
+    assert allocator.tune() and allocator.tuned()
+    assert allocator.restore() and not allocator.tuned()
+    monkeypatch.setenv("TENSORSQL_TUNE_MALLOC", "0")
+    assert not allocator.enabled_by_env()
+    sess = ts.connect()
+    try:
+        assert not allocator.tuned()
+    finally:
+        sess.close()
+    monkeypatch.setenv("TENSORSQL_TUNE_MALLOC", "1")
+    sess = ts.connect()
+    try:
+        assert allocator.tuned()
+    finally:
+        sess.close()
