@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
 
@@ -209,6 +209,9 @@ def repart_cost(bound: Sequence[int], d_from: Sequence[int], d_to: Sequence[int]
 class CostModel:
     """Seconds = (per_call * N + per_byte * bytes_moved + per_flop * flops) / min(N, workers).
 
+    (The planner refines the divisor per vertex: calls into one output block run in order, and a call of
+    ``split_flops`` per worker or more runs on several workers; see ``decompose._local_terms``.)
+
     Element counts (join, aggregation, repartition) become bytes via ``itemsize``. ``workers`` is how many
     kernel calls run at once; with the default 1 the formula is exactly the sum, and splitting only adds
     overhead, so ``choose_p`` prefers few large blocks. Defaults are what ``python -m tensorsql.calibrate
@@ -221,16 +224,36 @@ class CostModel:
     per_flop: float = 1.4e-11
     itemsize: int = 4
     workers: int = 1
+    #: seconds per byte a join or aggregation hands through the engine (blocks copied at memory speed);
+    #: None: the same as per_byte (the paper's model: every element moved costs the same)
+    join_byte: float | None = None
+    #: the engine hands a join's blocks through on one thread (a block relation has too few rows for
+    #: DuckDB to split a scan), so the join term is not divided over the workers
+    serial_join: bool = False
+    #: a kernel call with this many flops per worker or more splits itself over the workers (the kernels'
+    #: threaded GEMM, udf_kernels/src/gemm.cpp); 0: a call always runs on one worker
+    split_flops: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("per_call", "per_byte", "per_flop"):
+        for name in ("per_call", "per_byte", "per_flop", "split_flops"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v):
                 raise PlanningError(f"CostModel.{name} must be a finite number >= 0, got {v!r}")
+        if not isinstance(self.serial_join, bool):
+            raise PlanningError(f"CostModel.serial_join must be a bool, got {self.serial_join!r}")
+        v = self.join_byte
+        if v is not None and (
+            not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v)
+        ):
+            raise PlanningError(f"CostModel.join_byte must be a finite number >= 0 or None, got {v!r}")
         for name in ("itemsize", "workers"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise PlanningError(f"CostModel.{name} must be a positive int, got {v!r}")
+
+    @property
+    def join_byte_cost(self) -> float:
+        return self.per_byte if self.join_byte is None else self.join_byte
 
     def seconds(self, calls: float, elements: float, flops: float) -> float:
         """Modelled time of one vertex: N calls moving ``elements`` and doing ``flops``."""
@@ -251,7 +274,7 @@ class CostModel:
             raise PlanningError(f"cannot read cost model {str(path)!r}: {exc}") from None
         if not isinstance(data, dict):
             raise PlanningError(f"cost model {str(path)!r} must hold a JSON object")
-        unknown = set(data) - {"per_call", "per_byte", "per_flop", "itemsize", "workers"}
+        unknown = set(data) - {f.name for f in fields(cls)}
         if unknown:
             raise PlanningError(f"cost model {str(path)!r} has unknown keys {sorted(unknown)}")
         return cls(**data)

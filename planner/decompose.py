@@ -90,11 +90,17 @@ def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np
     out = list(dict.fromkeys(_index(e).out))
     groups = D[:, out].astype(np.float64).prod(axis=1) if out else np.ones(len(D))
     s = _model_scale(cm, groups)
-    byte = cm.per_byte * cm.itemsize
+    byte = cm.join_byte_cost * cm.itemsize
+    # a big call splits its GEMM over the workers itself, so fewer, larger blocks lose no parallelism
+    split = np.ones(len(D))
+    if cm.split_flops > 0:
+        per_call = lc["flops"] / np.maximum(lc["calls"], 1)
+        split = np.clip(np.floor(per_call / cm.split_flops), 1, cm.workers)
+    s_compute = 1.0 / np.minimum(np.maximum(groups, split), cm.workers)
     return {
-        "join": lc["join"] * byte * s,
+        "join": lc["join"] * byte * (1.0 if cm.serial_join else s),
         "agg": lc["agg"] * byte * s,
-        "compute": (cm.per_call * lc["calls"] + cm.per_flop * lc["flops"]) * s,
+        "compute": (cm.per_call * lc["calls"] + cm.per_flop * lc["flops"]) * s_compute,
         "calls": lc["calls"],
     }
 

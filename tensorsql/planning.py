@@ -23,6 +23,11 @@ STRATEGIES = ("eindecomp", "sqrt", "data", "model", "none", "operands")
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: below this many elements in all inputs together, one block per tensor: splitting cannot pay off
 SMALL_ELEMENTS = 1 << 16
+#: seconds per byte a join hands through DuckDB on the project's machine (64 joined pairs of 4 MiB blocks,
+#: 512 MiB, in ~0.15 s); a repartition (per_byte) costs ~20x more per byte: it slices and re-assembles in SQL
+JOIN_BYTE = 3e-10
+#: flops per thread above which one kernel GEMM splits itself over threads (kFlopsPerThread in gemm.cpp)
+SPLIT_FLOPS = 12e6
 
 
 def cost_model_path() -> pathlib.Path:
@@ -45,6 +50,8 @@ def load_cost_model(workers: int) -> P.CostModel:
             cm = P.CostModel.load(path)
         except (OSError, ValueError, P.PlanningError):
             cm = P.CostModel()
+    if cm.join_byte is None:  # how this engine executes a plan (the planner package models the paper's)
+        cm = dataclasses.replace(cm, join_byte=JOIN_BYTE, serial_join=True, split_flops=SPLIT_FLOPS)
     return dataclasses.replace(cm, workers=max(1, workers))
 
 
