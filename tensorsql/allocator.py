@@ -5,9 +5,9 @@ blob, the Arrow export. glibc serves every allocation above its mmap threshold (
 and any allocation too big for a thread arena's 64 MiB heap, with a fresh ``mmap``, so each 64 MiB result is
 copied into memory that faults in one 4 KiB page at a time; on the project's VM that fills memory at ~1 GB/s
 where reused memory takes ~5 GB/s (a 64 MiB Arrow export: ~50 ms against ~15 ms, RESULTS.md). Raising the
-mmap and trim thresholds and keeping one arena lets freed blocks be reused instead. The setting is process-wide, so
-it is applied once, on the first session, and can be turned off with ``TENSORSQL_TUNE_MALLOC=0`` (before the
-first ``tensorsql.connect``) or ``tensorsql.allocator.restore()``.
+mmap and trim thresholds and keeping one arena lets freed blocks be reused instead. The setting is
+process-wide, so it is applied once, on the first session, and can be turned off with
+``TENSORSQL_TUNE_MALLOC=0`` (before the first ``tensorsql.connect``) or ``tensorsql.allocator.restore()``.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ SMALL_ELEMENTS = 1 << 16
 #: 512 MiB, in ~0.15 s); a repartition (per_byte) costs ~20x more per byte: it slices and re-assembles in SQL
 JOIN_BYTE = 3e-10
 #: flops per thread above which one kernel GEMM splits itself over threads (kFlopsPerThread in gemm.cpp)
-SPLIT_FLOPS = 12e6
+SPLIT_FLOPS = 0.0
 
 
 def cost_model_path() -> pathlib.Path:
@@ -50,7 +50,7 @@ def load_cost_model(workers: int) -> P.CostModel:
             cm = P.CostModel.load(path)
         except (OSError, ValueError, P.PlanningError):
             cm = P.CostModel()
-    if cm.join_byte is None:  # how this engine executes a plan (the planner package models the paper's)
+    if cm.join_byte is None:  # the engine's terms, unless the file sets them (it then gives join_byte)
         cm = dataclasses.replace(cm, join_byte=JOIN_BYTE, serial_join=True, split_flops=SPLIT_FLOPS)
     return dataclasses.replace(cm, workers=max(1, workers))
 

@@ -97,16 +97,14 @@ def test_cost_model_file_is_used(tmp_path, monkeypatch):
     assert cm.per_flop == 1.0 and cm.workers == 4  # workers follow the session, not the file
     with ts.connect(threads=4) as s4:  # flops dominating: all four workers get a share
         rel = s4.einsum("ij,jk->ik", a, b)
-        # one 128 MFLOP call splits its GEMM over the 4 threads itself: no more blocks needed
-        assert rel.plan().info.p == 1
-        assert rel.plan().info.cost == pytest.approx(2 * 400**3 / 4, rel=1e-3)
-        np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-9)
-    # a model whose calls never split (the paper's): the four workers need four blocks
-    P.CostModel(per_call=1e-9, per_byte=1e-15, per_flop=1.0, join_byte=1e-15).save(path)
-    with ts.connect(threads=4) as s4:
-        rel = s4.einsum("ij,jk->ik", a, b)
         assert rel.plan().info.p == 4
         np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-9)
+    # a model whose big calls split themselves over the threads: one block loses no parallelism
+    P.CostModel(per_call=1e-9, per_byte=1e-15, per_flop=1.0, join_byte=1e-15, split_flops=1e6).save(path)
+    with ts.connect(threads=4) as s4:
+        rel = s4.einsum("ij,jk->ik", a, b)
+        assert rel.plan().info.p == 1
+        assert rel.plan().info.cost == pytest.approx(2 * 400**3 / 4, rel=1e-3)
     with ts.connect(threads=4) as s4:  # tiny inputs: one block each, splitting cannot pay off
         assert s4.einsum("ij,jk->ik", a[:8, :8], b[:8, :8]).plan().info.p == 1
 
