@@ -546,11 +546,19 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1);
 			}
 		});
-	} else {
-		// one batch: split C's rows in panels of 16
+	} else if (c.m >= c.n || !(std::is_floating_point_v<T> || is_complex_v<T>)) {
+		// one batch: split C's rows in panels of 16 (each thread packs all of B, K x N)
 		const int64_t panels = (c.m + 15) / 16;
 		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
 			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1);
+		});
+	} else {
+		// wide C (M < N): split its columns instead, so each thread packs its part of B and only the
+		// smaller A (M x K) is packed twice, e.g. 200 x 20000 times 20000 x 2000 packs 16 MB twice, not 160
+		const int64_t panels = (c.n + 15) / 16;
+		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
+			const int64_t n0 = p0 * 16, n1 = std::min<int64_t>(p1 * 16, c.n);
+			gemm_raw<T>(c, A, Bm + n0 * c.b.sc, C + n0, c.m, n1 - n0, c.cr, beta1);
 		});
 	}
 	if (c.pack_c && !packed_out) {
