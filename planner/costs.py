@@ -230,12 +230,15 @@ class CostModel:
     #: the engine hands a join's blocks through on one thread (a block relation has too few rows for
     #: DuckDB to split a scan), so the join term is not divided over the workers
     serial_join: bool = False
+    #: seconds per byte to assemble a graph output whose blocks are not row slabs into one array (row
+    #: slabs reach numpy without a copy); 0: results are not assembled (the paper's model)
+    assemble_byte: float = 0.0
     #: a kernel call with this many flops per worker or more splits itself over the workers (the kernels'
     #: threaded GEMM, udf_kernels/src/gemm.cpp); 0: a call always runs on one worker
     split_flops: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("per_call", "per_byte", "per_flop", "split_flops"):
+        for name in ("per_call", "per_byte", "per_flop", "split_flops", "assemble_byte"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v):
                 raise PlanningError(f"CostModel.{name} must be a finite number >= 0, got {v!r}")

@@ -105,6 +105,19 @@ def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np
     }
 
 
+def _assemble_vector(e: EinSum, D: np.ndarray, cm: CostModel | None) -> np.ndarray:
+    """Seconds to assemble a graph output into one array when its blocks are not row slabs (some
+    dimension after the first is split): one more copy of the result (``CostModel.assemble_byte``)."""
+    if cm is None or cm.assemble_byte == 0:
+        return np.zeros(len(D))
+    dims = list(dict.fromkeys(_index(e).out))
+    if len(dims) < 2:
+        return np.zeros(len(D))
+    split_later = (D[:, dims[1:]] > 1).any(axis=1)
+    numel = float(np.prod(np.asarray(e.output_shape, dtype=np.float64)))
+    return split_later * (numel * cm.itemsize * cm.assemble_byte)
+
+
 @lru_cache(maxsize=4096)
 def _local_vector(e: EinSum, p: int, cm: CostModel | None) -> np.ndarray:
     t = _local_terms(e, _domain(e, p), cm)
@@ -171,6 +184,9 @@ def _build_plan(
         b = {key: float(t[key][0]) for key in ("join", "agg", "compute", "calls")}
         b["repart"] = repart
         b["total"] = b["join"] + b["agg"] + b["repart"] + b["compute"]
+        if not graph.consumers(v):
+            b["assemble"] = float(_assemble_vector(e, d, cm)[0])
+            b["total"] += b["assemble"]
         breakdown[v] = b
         total += b["total"]
     for v in graph.vertices:  # inputs: the layout their first consumer reads them with
@@ -297,7 +313,13 @@ class _Problem:
         self.idx = {v: i for i, v in enumerate(self.verts)}
         self.D = [_domain(v.einsum, p) for v in self.verts]
         self.doms = [len(d) for d in self.D]
-        self.unary = [_local_vector(v.einsum, p, cm) for v in self.verts]
+        outputs = set(graph.outputs)
+        self.unary = [
+            _local_vector(v.einsum, p, cm) + _assemble_vector(v.einsum, d, cm)
+            if v in outputs
+            else _local_vector(v.einsum, p, cm)
+            for v, d in zip(self.verts, self.D, strict=True)
+        ]
         # edges (u, v, k): EinSum producer u feeds operand k of EinSum consumer v
         self.edges = [
             (self.idx[u], i, k)

@@ -51,7 +51,9 @@ def load_cost_model(workers: int) -> P.CostModel:
         except (OSError, ValueError, P.PlanningError):
             cm = P.CostModel()
     if cm.join_byte is None:  # the engine's terms, unless the file sets them (it then gives join_byte)
-        cm = dataclasses.replace(cm, join_byte=JOIN_BYTE, serial_join=True, split_flops=SPLIT_FLOPS)
+        cm = dataclasses.replace(
+            cm, join_byte=JOIN_BYTE, serial_join=True, split_flops=SPLIT_FLOPS, assemble_byte=JOIN_BYTE
+        )
     return dataclasses.replace(cm, workers=max(1, workers))
 
 

@@ -89,7 +89,9 @@ class Plan:
             if cost:
                 line += (
                     " cost["
-                    + " ".join(f"{k}={cost[k]:.3g}" for k in ("join", "agg", "repart", "total"))
+                    + " ".join(
+                        f"{k}={cost[k]:.3g}" for k in ("join", "agg", "repart", "assemble", "total") if k in cost
+                    )
                     + "]"
                 )
             lines.append(line)
