@@ -90,7 +90,9 @@ class Plan:
                 line += (
                     " cost["
                     + " ".join(
-                        f"{k}={cost[k]:.3g}" for k in ("join", "agg", "repart", "assemble", "total") if k in cost
+                        f"{k}={cost[k]:.3g}"
+                        for k in ("join", "agg", "repart", "assemble", "total")
+                        if k in cost
                     )
                     + "]"
                 )
