@@ -97,3 +97,19 @@ def test_allocator_tuning_is_idempotent_and_reversible(monkeypatch):
         assert allocator.tuned()
     finally:
         sess.close()
+
+
+@pytest.mark.parametrize("limit", [0, 1 << 40])
+def test_small_and_large_results_fetch_alike(s, monkeypatch, limit):
+    """Small results come back as fetched rows, large ones through DuckDB's Arrow export."""
+    from tensorsql import session as S
+
+    monkeypatch.setattr(S, "SMALL_RESULT_BYTES", limit)
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((50, 40)).astype(np.float32)
+    b = rng.standard_normal((40, 30)).astype(np.float32)
+    rel = s.einsum("ij,jk->ik", s.from_numpy(a, block_shape=(16, 40)), s.from_numpy(b), strategy="operands")
+    np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-5)
+    table = s.run(rel.plan())
+    assert table.column_names == ["k0", "k1", "tensor"]
+    assert table.num_rows == 4
