@@ -90,6 +90,8 @@ def einsum(
         res = (res != 0) if final == np.bool_ else res.astype(final)
     if order == "F":
         res = np.asfortranarray(res)
+    elif order == "C":  # a big interleaved contraction may come back as a transposed view (numpy())
+        res = np.ascontiguousarray(res)
     if out is not None:
         if not isinstance(out, np.ndarray) or out.shape != res.shape:
             got = getattr(out, "shape", type(out).__name__)

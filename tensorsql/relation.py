@@ -14,6 +14,9 @@ from tensorsql.dtypes import DTYPES
 if TYPE_CHECKING:
     from tensorsql.session import Session
 
+#: results from this size on may come back as a transposed view of the GEMM-ordered result (numpy())
+GEMM_ORDER_BYTES = 1 << 20
+
 
 class TensorRelation:
     """A handle on an expression node in a session; computing happens on ``numpy()``/``save()``/...
@@ -22,13 +25,14 @@ class TensorRelation:
     run as one SQL statement when their value is first asked for.
     """
 
-    __slots__ = ("__weakref__", "_plan", "_plan_options", "node", "session")
+    __slots__ = ("__weakref__", "_gemm_order", "_plan", "_plan_options", "node", "session")
 
     def __init__(self, session: Session, node: E.Node, plan_options: dict | None = None) -> None:
         self.session = session
         self.node = node
         self._plan_options = plan_options or {}
         self._plan = None
+        self._gemm_order: tuple | bool | None = False  # not looked at yet
 
     def plan(self):  # -> session.Plan (not imported here: session imports this module)
         """The plan this relation runs with (computed once)."""
@@ -53,6 +57,19 @@ class TensorRelation:
         return self.plan().partitioning.block_shapes[id(self.node)]
 
     def numpy(self) -> np.ndarray:
+        """The value as an array. A big contraction whose output interleaves its operands' labels comes
+        back as a transposed view of the GEMM-ordered result (``Session.gemm_order``), like numpy's own
+        contractions; anything else is C-contiguous."""
+        if self._gemm_order is False:
+            big = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.float64)) >= GEMM_ORDER_BYTES
+            self._gemm_order = self.session.gemm_order(self.plan()) if big else None
+        if self._gemm_order is not None:
+            plan, perm = self._gemm_order
+            table = self.session.run(plan)
+            arr = B.assemble(
+                table, plan.root.shape, plan.partitioning.block_shapes[id(plan.root)], plan.root.dtype
+            )
+            return arr.transpose(perm)
         table = self.session.run(self.plan())
         return B.assemble(table, self.shape, self.block_shape, self.node.dtype)
 

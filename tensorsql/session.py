@@ -186,6 +186,50 @@ class Session:
         rel = lower.lower(node, part)
         return Plan(node, part, rel, sqlgen.to_ast(rel), info)
 
+    def gemm_order(self, plan: Plan) -> tuple[Plan, tuple[int, ...]] | None:
+        """The plan's root contraction with its output in the GEMM's own label order, and the axes
+        permutation back to the requested order; None when that is the requested order already.
+
+        For a multiply/sum einsum whose output labels interleave the operands' (``bdgf,aceg->abcdef``),
+        the kernel otherwise forms each product in [batch, M, N] order and scatters it into place: one
+        more pass over a result that is often bigger than both inputs. In [batch, M, N] order the GEMM
+        writes the block in place, and the caller returns a transposed view, as numpy and opt_einsum do.
+        The blocking is the plan's, per label, so the inputs are read exactly as before.
+        """
+        node = plan.root
+        if not (isinstance(node, E.EinSum) and len(node.inputs) == 2):
+            return None
+        if node.join != "multiply" or node.agg != "sum":
+            return None
+        xl, yl = node.in_labels
+        zl = node.out_labels
+        xs, ys, zs = set(xl), set(yl), set(zl)
+        batch = [lab for lab in dict.fromkeys(xl) if lab in ys and lab in zs]
+        m = [lab for lab in dict.fromkeys(xl) if lab in zs and lab not in ys]
+        n = [lab for lab in dict.fromkeys(yl) if lab in zs and lab not in xs]
+        natural = tuple(batch + m + n)
+        if natural == tuple(zl) or sorted(natural) != sorted(zl):
+            return None
+        size = dict(zip(zl, node.shape, strict=True))
+        node2 = E.EinSum(
+            shape=tuple(size[lab] for lab in natural),
+            dtype=node.dtype,
+            inputs=node.inputs,
+            in_labels=node.in_labels,
+            out_labels=natural,
+            join=node.join,
+            agg=node.agg,
+        )
+        old = plan.partitioning
+        lb = old.label_blocks[id(node)]
+        part = lower.Partitioning(
+            label_blocks={**old.label_blocks, id(node2): dict(lb)},
+            block_shapes={**old.block_shapes, id(node2): tuple(lb[lab] for lab in natural)},
+        )
+        rel = lower.lower(node2, part)
+        perm = tuple(natural.index(lab) for lab in zl)
+        return Plan(node2, part, rel, sqlgen.to_ast(rel), plan.info), perm
+
     def run(self, plan: Plan) -> pa.Table:
         """Execute a plan's SQL; the result is an Arrow table of (k0.., tensor) rows.
 

@@ -113,3 +113,28 @@ def test_small_and_large_results_fetch_alike(s, monkeypatch, limit):
     table = s.run(rel.plan())
     assert table.column_names == ["k0", "k1", "tensor"]
     assert table.num_rows == 4
+
+
+def test_interleaved_contraction_returns_a_view_of_the_gemm_order(s):
+    """Big outputs that interleave the operands' labels come back as a transposed view of the result in
+    [batch, M, N] order (no scatter pass in the kernel); the relation itself keeps the requested order."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((8, 8, 5, 8)).astype(np.float32)  # bcgf
+    y = rng.standard_normal((8, 8, 8, 5)).astype(np.float32)  # adeg
+    want = np.einsum("bcgf,adeg->abcdef", x, y)
+    rel = s.einsum("bcgf,adeg->abcdef", x, y)
+    got = rel.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert not got.flags.c_contiguous and got.base is not None
+    plan, perm = s.gemm_order(rel.plan())
+    assert [plan.root.shape[p] for p in perm] == list(want.shape)
+    table = rel.to_arrow()  # the stored form is in the requested label order
+    np.testing.assert_allclose(
+        B.assemble(table, rel.shape, rel.block_shape, "float32"), want, rtol=1e-4, atol=1e-4
+    )
+    c = ts.einsum("bcgf,adeg->abcdef", x, y, order="C")
+    assert c.flags.c_contiguous
+    np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+    small = s.einsum("bcgf,adeg->abcdef", x[:2], y[:2]).numpy()  # under 1 MiB: contiguous as computed
+    assert small.flags.c_contiguous
+    assert s.gemm_order(s.einsum("ij,jk->ik", x[0, 0], y[0, 0]).plan()) is None  # already [M, N]
