@@ -673,10 +673,22 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 		try {
 			GemmScratch scratch;
 			AlignedBuf xa, ya;
+			// This thread owns whole groups, so their rows may run in any order: rows that share an X block
+			// (one block of A times a row of B blocks) run back to back, and BLAS packs that block from
+			// cache instead of memory each time
+			std::vector<size_t> order;
 			for (size_t g : bins[static_cast<size_t>(t)]) {
 				for (size_t i = groups[g].first; i < groups[g].last; i++) {
-					run_gemm_row(rows[i], nullptr, scratch, xa, ya);
+					order.push_back(i);
 				}
+			}
+			std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+				const std::less<const void *> lt;
+				const void *xa_ = rows[a].xb.data, *xb_ = rows[b].xb.data;
+				return lt(xa_, xb_) || (xa_ == xb_ && lt(rows[a].yb.data, rows[b].yb.data));
+			});
+			for (size_t i : order) {
+				run_gemm_row(rows[i], nullptr, scratch, xa, ya);
 			}
 		} catch (...) {
 			errors[static_cast<size_t>(t)] = std::current_exception();
