@@ -211,6 +211,13 @@ class Session:
         if natural == tuple(zl) or sorted(natural) != sorted(zl):
             return None
         size = dict(zip(zl, node.shape, strict=True))
+        lb = plan.partitioning.label_blocks[id(node)]
+
+        def slabs(order: tuple[int, ...]) -> bool:  # blocks are row slabs: only the first axis is split
+            return all(lb[lab] >= size[lab] for lab in order[1:])
+
+        if slabs(tuple(zl)) and not slabs(natural):  # the result would need an assembly copy instead
+            return None
         node2 = E.EinSum(
             shape=tuple(size[lab] for lab in natural),
             dtype=node.dtype,
@@ -221,7 +228,6 @@ class Session:
             agg=node.agg,
         )
         old = plan.partitioning
-        lb = old.label_blocks[id(node)]
         part = lower.Partitioning(
             label_blocks={**old.label_blocks, id(node2): dict(lb)},
             block_shapes={**old.block_shapes, id(node2): tuple(lb[lab] for lab in natural)},
