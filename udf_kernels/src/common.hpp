@@ -260,13 +260,16 @@ private:
 	}
 	void reallocate(size_t cap, size_t keep) {
 		std::shared_ptr<unsigned char> fresh = allocate(cap);
-		if (keep) {
+		if (keep && fresh) {
 			std::memcpy(fresh.get(), store_.get(), keep);
 		}
 		store_ = std::move(fresh);
 		cap_ = cap;
 	}
 	static std::shared_ptr<unsigned char> allocate(size_t bytes) {
+		if (bytes == 0) {
+			return nullptr;
+		}
 		const size_t align = bytes >= kHuge ? kHuge : kAlign;
 		const size_t rounded = (bytes + align - 1) / align * align;
 		void *p = std::aligned_alloc(align, rounded);
