@@ -238,17 +238,14 @@ class CostModel:
     split_flops: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("per_call", "per_byte", "per_flop", "split_flops", "assemble_byte"):
+        for name in ("per_call", "per_byte", "per_flop", "join_byte", "split_flops", "assemble_byte"):
             v = getattr(self, name)
+            if v is None and name == "join_byte":
+                continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v):
                 raise PlanningError(f"CostModel.{name} must be a finite number >= 0, got {v!r}")
         if not isinstance(self.serial_join, bool):
             raise PlanningError(f"CostModel.serial_join must be a bool, got {self.serial_join!r}")
-        v = self.join_byte
-        if v is not None and (
-            not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v)
-        ):
-            raise PlanningError(f"CostModel.join_byte must be a finite number >= 0 or None, got {v!r}")
         for name in ("itemsize", "workers"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

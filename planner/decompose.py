@@ -118,6 +118,18 @@ def _assemble_vector(e: EinSum, D: np.ndarray, cm: CostModel | None) -> np.ndarr
     return split_later * (numel * cm.itemsize * cm.assemble_byte)
 
 
+def _leading_nudge(e: EinSum, D: np.ndarray, unary: np.ndarray) -> np.ndarray | float:
+    """Among equal-cost splits of a graph output, prefer those on its leading dimensions: the result's
+    blocks are then row slabs, which reach numpy without a copy. The nudge (1e-9 of the vertex's cheapest
+    cost per later split dimension) never outweighs a real cost difference; it steers the search only and
+    is not part of any plan's cost."""
+    if not len(unary):
+        return 0.0
+    dims = list(dict.fromkeys(_index(e).out))
+    later = sum((D[:, d] > 1) * r for r, d in enumerate(dims))
+    return 1e-9 * max(float(np.min(unary)), 1e-300) * later
+
+
 @lru_cache(maxsize=4096)
 def _local_vector(e: EinSum, p: int, cm: CostModel | None) -> np.ndarray:
     t = _local_terms(e, _domain(e, p), cm)
@@ -320,6 +332,10 @@ class _Problem:
             else _local_vector(v.einsum, p, cm)
             for v, d in zip(self.verts, self.D, strict=True)
         ]
+        self.nudge = [
+            _leading_nudge(v.einsum, d, u) if v in outputs else 0.0
+            for v, d, u in zip(self.verts, self.D, self.unary, strict=True)
+        ]
         # edges (u, v, k): EinSum producer u feeds operand k of EinSum consumer v
         self.edges = [
             (self.idx[u], i, k)
@@ -331,21 +347,6 @@ class _Problem:
             _edge_matrix(self.verts[u].einsum, self.verts[v].einsum, k, p, cm) for u, v, k in self.edges
         ]
 
-    def _tie_break(self) -> list[np.ndarray | float]:
-        """Among equal-cost splits of a graph output, prefer those on its leading dimensions: the result's
-        blocks are then row slabs, which reach numpy without a copy. The nudge (1e-9 of the vertex's
-        cheapest cost per later split dimension) never outweighs a real cost difference."""
-        out: list[np.ndarray | float] = []
-        outputs = set(self.graph.outputs)
-        for v, D, u in zip(self.verts, self.D, self.unary, strict=True):
-            if v not in outputs or not len(u):
-                out.append(0.0)
-                continue
-            dims = list(dict.fromkeys(_index(v.einsum).out))
-            later = sum((D[:, d] > 1) * r for r, d in enumerate(dims))
-            out.append(1e-9 * max(float(np.min(u)), 1e-300) * later)
-        return out
-
     def total(self, vals: list[int]) -> float:
         t = sum(float(self.unary[i][x]) for i, x in enumerate(vals))
         return t + sum(
@@ -353,7 +354,7 @@ class _Problem:
         )
 
     def solve(self, cut: set[int], fixed: list[int] | None, cap: float) -> list[int]:
-        unary = [u + t for u, t in zip(self.unary, self._tie_break(), strict=True)]
+        unary = [u + t for u, t in zip(self.unary, self.nudge, strict=True)]
         pairs: dict[tuple[int, int], np.ndarray] = {}
         for j, ((u, v, _), M) in enumerate(zip(self.edges, self.edge_tab, strict=False)):
             if j in cut:

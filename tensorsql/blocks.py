@@ -206,7 +206,7 @@ def _slab_view(
     chunk = column.chunks[0]
     n = len(chunk)
     panels = -(-shape[0] // block_shape[0]) if shape else 1
-    if n != panels or any(np.any(k[1:] != 0) for k in keys[1:]):
+    if n != panels or any(np.any(k != 0) for k in keys[1:]):
         return None
     if shape and not np.array_equal(keys[0], np.arange(n)):
         return None

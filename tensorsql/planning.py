@@ -26,8 +26,6 @@ SMALL_ELEMENTS = 1 << 16
 #: seconds per byte a join hands through DuckDB on the project's machine (64 joined pairs of 4 MiB blocks,
 #: 512 MiB, in ~0.15 s); a repartition (per_byte) costs ~20x more per byte: it slices and re-assembles in SQL
 JOIN_BYTE = 3e-10
-#: flops per thread above which one kernel GEMM splits itself over threads (kFlopsPerThread in gemm.cpp)
-SPLIT_FLOPS = 0.0
 
 
 def cost_model_path() -> pathlib.Path:
@@ -51,9 +49,9 @@ def load_cost_model(workers: int) -> P.CostModel:
         except (OSError, ValueError, P.PlanningError):
             cm = P.CostModel()
     if cm.join_byte is None:  # the engine's terms, unless the file sets them (it then gives join_byte)
-        cm = dataclasses.replace(
-            cm, join_byte=JOIN_BYTE, serial_join=True, split_flops=SPLIT_FLOPS, assemble_byte=JOIN_BYTE
-        )
+        # split_flops stays 0: with it the planner chose single huge blocks, which DuckDB's join hands
+        # through slowly (RESULTS.md)
+        cm = dataclasses.replace(cm, join_byte=JOIN_BYTE, serial_join=True, assemble_byte=JOIN_BYTE)
     return dataclasses.replace(cm, workers=max(1, workers))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -61,17 +62,14 @@ class TensorRelation:
         back as a transposed view of the GEMM-ordered result (``Session.gemm_order``), like numpy's own
         contractions; anything else is C-contiguous."""
         if self._gemm_order is False:
-            big = self.dtype.itemsize * int(np.prod(self.shape, dtype=np.float64)) >= GEMM_ORDER_BYTES
+            big = self.dtype.itemsize * math.prod(self.shape) >= GEMM_ORDER_BYTES
             self._gemm_order = self.session.gemm_order(self.plan()) if big else None
-        if self._gemm_order is not None:
-            plan, perm = self._gemm_order
-            table = self.session.run(plan)
-            arr = B.assemble(
-                table, plan.root.shape, plan.partitioning.block_shapes[id(plan.root)], plan.root.dtype
-            )
-            return arr.transpose(perm)
-        table = self.session.run(self.plan())
-        return B.assemble(table, self.shape, self.block_shape, self.node.dtype)
+        plan, perm = self._gemm_order or (self.plan(), None)
+        root = plan.root
+        arr = B.assemble(
+            self.session.run(plan), root.shape, plan.partitioning.block_shapes[id(root)], root.dtype
+        )
+        return arr if perm is None else arr.transpose(perm)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         arr = self.numpy()

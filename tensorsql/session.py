@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import operator
 import threading
 import weakref
@@ -243,7 +244,7 @@ class Session:
         once more before its Arrow export (~1 ms of a few-ms query), which only pays off for big blobs.
         """
         text = plan.sql(pretty=False)
-        small = _numel(plan.root.shape) * DTYPES[plan.root.dtype].itemsize <= SMALL_RESULT_BYTES
+        small = math.prod(plan.root.shape) * DTYPES[plan.root.dtype].itemsize <= SMALL_RESULT_BYTES
         with self._lock:
             try:
                 if not small:
@@ -548,10 +549,3 @@ def _drop_temp(session_ref: weakref.ref, name: str) -> None:
 
 
 __all__ = ["Plan", "Session", "as_array"]
-
-
-def _numel(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

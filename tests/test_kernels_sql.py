@@ -1130,11 +1130,18 @@ def test_einsum_agg_errors(con):
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex64"])
 def test_gemm_threaded_split(ext_path, threads, dtype):
-    """Blocks big enough that a call splits its GEMM over several threads (rows, then batches)."""
+    """Blocks big enough that a call splits its GEMM over several threads: by rows, by columns when C is
+    wider than tall (also with B transposed, and in the swapped orientation C^T = Y^T X^T), by batches."""
     c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
     udf_kernels.load(c)
     rng = np.random.default_rng(threads)
-    cases = [("ab,bc->ac", (300, 200), (200, 250)), ("bij,bjk->bik", (4, 150, 160), (4, 160, 170))]
+    cases = [
+        ("ab,bc->ac", (300, 200), (200, 250)),
+        ("ab,bc->ac", (90, 300), (300, 500)),
+        ("ab,cb->ac", (90, 300), (500, 300)),
+        ("ab,bc->ca", (500, 300), (300, 90)),
+        ("bij,bjk->bik", (4, 150, 160), (4, 160, 170)),
+    ]
     for spec, sx, sy in cases:
         x, y = rand(sx, dtype, rng), rand(sy, dtype, rng)
         want = einsum_ref(spec, "multiply", "sum", dtype, x, y)

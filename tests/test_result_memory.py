@@ -71,6 +71,13 @@ def test_slab_view_needs_key_order_and_every_panel():
     np.testing.assert_array_equal(with_null[3], 0.0)
 
 
+def test_slab_view_checks_every_later_key():
+    x = np.arange(12.0).reshape(4, 3)
+    bad = _table([x[:3].tobytes(), x[3:].tobytes()], [[0, 1], [1, 0]])  # k1 = 1: outside one column block
+    with pytest.raises(ts.ShapeError, match=r"block key \(0, 1\) lies outside a tensor of shape \(4, 3\)"):
+        B.assemble(bad, (4, 3), (3, 3), "float64")
+
+
 def test_slab_view_of_a_scalar_and_wrong_sizes_are_checked():
     scalar = B.assemble(_table([np.float32(2.5).tobytes()], [[0]]).drop(["k0"]), (), (), "float32")
     assert scalar.shape == () and scalar == np.float32(2.5)
