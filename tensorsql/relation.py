@@ -58,9 +58,16 @@ class TensorRelation:
         return self.plan().partitioning.block_shapes[id(self.node)]
 
     def numpy(self) -> np.ndarray:
-        """The value as an array. A big contraction whose output interleaves its operands' labels comes
-        back as a transposed view of the GEMM-ordered result (``Session.gemm_order``), like numpy's own
-        contractions; anything else is C-contiguous."""
+        """The value as a new C-contiguous array, its blocks written into it by the kernels
+        (``Session.run_into``).
+
+        Without result sinks (``TENSORSQL_RESULT_SINK=0``, or a result with absent blocks) the blocks come
+        through Arrow; then a big contraction whose output interleaves its operands' labels comes back as a
+        transposed view of the GEMM-ordered result (``Session.gemm_order``), like numpy's own contractions.
+        """
+        arr = self.session.run_into(self.plan())
+        if arr is not None:
+            return arr
         if self._gemm_order is False:
             big = self.dtype.itemsize * math.prod(self.shape) >= GEMM_ORDER_BYTES
             self._gemm_order = self.session.gemm_order(self.plan()) if big else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 import operator
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -36,6 +37,7 @@ from tensorsql.errors import (
 from tensorsql.relation import TensorRelation
 from tensorsql.sqlgen import ident, lit
 from tensorsql.subscripts import label_name, parse, split_args
+from udf_kernels import sink as udf_sink
 
 _ids = itertools.count()
 #: results up to this many bytes are fetched as rows rather than through an Arrow export (Session.run)
@@ -129,7 +131,7 @@ class Session:
         except duckdb.Error as exc:
             raise CatalogError(f"cannot open {database!r} as a DuckDB database: {exc}") from exc
         try:
-            udf_kernels.load(self.con)
+            self._kernels = udf_kernels.load(self.con)
         except (udf_kernels.KernelBuildError, duckdb.Error, OSError) as exc:
             raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
         if strategy not in planning.STRATEGIES:
@@ -138,6 +140,8 @@ class Session:
         self.threads = threads
         self.strategy = strategy
         self._lock = threading.RLock()
+        #: write results straight into the returned array (``udf_kernels.sink``); None: not checked yet
+        self.result_sink: bool | None = None if _env_on("TENSORSQL_RESULT_SINK") else False
         #: kernel calls the planner aims for: the session's threads (workers x threads when distributed)
         self.p = threads or int(self.execute("SELECT current_setting('threads')")[0][0])
 
@@ -259,6 +263,36 @@ class Session:
             for j, name in enumerate(names)
         }
         return pa.table(cols)
+
+    def run_into(self, plan: Plan) -> np.ndarray | None:
+        """The plan's result as a new C-contiguous array, each block written into it by the kernels (a
+        result sink, ``udf_kernels.sink``): no DuckDB blob, Arrow buffer or assembly copy on the way.
+
+        None when sinks are off or unavailable, or when the result has absent blocks (a sparse stored
+        input): the caller then goes through ``run`` and ``blocks.assemble``, which fills those with zeros.
+        """
+        root = plan.root
+        schema = plan.tra.schema
+        if self.result_sink is False or len(set(schema.blob)) != len(schema.blob):
+            return None
+        dt = DTYPES[root.dtype]
+        out = np.empty(root.shape, dtype=dt)
+        if out.size == 0:
+            return None
+        with self._lock:
+            if self.result_sink is None:
+                self.result_sink = udf_sink.available(self._kernels, self.con)
+                if not self.result_sink:
+                    return None
+            with udf_sink.Sink(self._kernels, out) as key:
+                text = sqlgen.sql_text(sqlgen.to_sink_ast(plan.tra, key))
+                try:
+                    _blocks, elements = self.con.execute(text).fetchall()[0]
+                except duckdb.Error as exc:
+                    raise _wrap_duckdb(exc, "einsum") from exc
+        if elements != out.size:  # absent blocks (or a malformed stored relation): not every element written
+            return None
+        return out
 
     # -- making relations -----------------------------------------------------------------------------
     def _source(
@@ -497,6 +531,10 @@ class Session:
         r = self.as_relation(rel)
         node = frontend.map_node(r.node, fn, param)
         return TensorRelation(self, node)
+
+
+def _env_on(name: str) -> bool:
+    return os.environ.get(name, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def as_array(value: object, what: str) -> np.ndarray:

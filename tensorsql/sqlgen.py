@@ -297,6 +297,64 @@ class _Builder:
         return self.finish(Row(q, keys, tensor), group=True)
 
 
+def _bigint(value: int) -> exp.Expression:
+    return exp.Cast(this=lit(value), to=exp.DataType.build("BIGINT"))
+
+
+def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression:
+    """A row's block origin in the whole tensor (element coordinates), from its key columns."""
+    return array([exp.Mul(this=cols[lab].copy(), expression=lit(schema.blocks[lab])) for lab in schema.blob])
+
+
+def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
+    """One row per result block, each block written into result sink ``key`` (``written``: its elements).
+
+    The root contraction (Positional over a fused Aggregate over a Join) writes from the kernel: as a scalar
+    ``tensor_einsum_into`` when every contracted label is one block (each group is one joined pair, so the
+    product goes straight into the caller's array), else as the aggregate ``tensor_einsum_agg_into`` (each
+    group's accumulated block is copied there once). Any other root writes its blocks with
+    ``tensor_sink_write``.
+    """
+    written = ident("written")
+    if isinstance(root, T.Positional) and isinstance(root.child, T.Aggregate):
+        agg = root.child
+        join = agg.child
+        if isinstance(join, T.Join) and join.agg == agg.agg:
+            row = b.row(join)
+            if isinstance(row.tensor, exp.Anonymous) and row.tensor.name == "tensor_einsum":
+                args = [_bigint(key), _starts(agg.schema, row.keys)]
+                args += [a.copy() for a in row.tensor.expressions]
+                js = join.schema
+                summed = [lab for lab in js.keys if lab not in agg.schema.keys]
+                if all(js.blocks[lab] >= js.sizes[lab] for lab in summed):
+                    into = call("tensor_einsum_into", *args)
+                    return row.source.select(exp.alias_(into, written), copy=False)
+                into = call("tensor_einsum_agg_into", *args)
+                q = row.source.select(exp.alias_(into, written), copy=False)
+                return q.group_by(*[row.keys[k].copy() for k in agg.schema.keys], copy=False)
+    s = root.schema
+    cols = {k: col("c", k) for k in s.keys}
+    starts, shape = _starts(s, cols), block_shape(s, cols)
+    tensor = call("tensor_sink_write", _bigint(key), starts, lit(s.dtype), col("c", "tensor"), shape)
+    return exp.select(exp.alias_(tensor, written)).from_(table(b.ref(root), "c"))
+
+
+def to_sink_ast(root: T.Rel, key: int) -> exp.Select:
+    """The plan as one statement that writes every result block into result sink ``key`` (a C-contiguous
+    array registered by the caller) and returns (blocks, elements) written, for a completeness check."""
+    if len(set(root.schema.blob)) != len(root.schema.blob):
+        raise TypeError("a result sink needs one blob label per dimension")
+    b = _Builder()
+    rows = _sink_rows(b, root, key)
+    w = col("w", "written")
+    q = exp.select(
+        exp.alias_(exp.Count(this=w), ident("blocks")), exp.alias_(exp.Sum(this=w.copy()), ident("elements"))
+    ).from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=ident("w"))))
+    for cte_name, cte in b.ctes:
+        q = q.with_(ident(cte_name), as_=cte, copy=False)
+    return q
+
+
 def to_ast(root: T.Rel) -> exp.Select:
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT."""
     b = _Builder()

@@ -18,6 +18,15 @@ def s():
     sess.close()
 
 
+@pytest.fixture(scope="module")
+def arrow_s():
+    """A session whose results come through Arrow (no result sinks)."""
+    sess = ts.connect(threads=2)
+    sess.result_sink = False
+    yield sess
+    sess.close()
+
+
 def _viewed(arr: np.ndarray) -> bool:
     return isinstance(arr.base, B._BufferOwner)
 
@@ -32,12 +41,12 @@ def _viewed(arr: np.ndarray) -> bool:
         ((64, 64), (64, 64), False),
     ],
 )
-def test_matmul_result_is_a_writable_array(s, a_blocks, b_blocks, viewed):
+def test_matmul_result_is_a_writable_array(arrow_s, a_blocks, b_blocks, viewed):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((300, 200))
     b = rng.standard_normal((200, 100))
-    ra, rb = s.from_numpy(a, block_shape=a_blocks), s.from_numpy(b, block_shape=b_blocks)
-    rel = s.einsum("ij,jk->ik", ra, rb, strategy="operands")
+    ra, rb = arrow_s.from_numpy(a, block_shape=a_blocks), arrow_s.from_numpy(b, block_shape=b_blocks)
+    rel = arrow_s.einsum("ij,jk->ik", ra, rb, strategy="operands")
     got = rel.numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-12, atol=1e-12)
     assert got.flags.writeable and got.flags.c_contiguous
@@ -122,9 +131,11 @@ def test_small_and_large_results_fetch_alike(s, monkeypatch, limit):
     assert table.num_rows == 4
 
 
-def test_interleaved_contraction_returns_a_view_of_the_gemm_order(s):
-    """Big outputs that interleave the operands' labels come back as a transposed view of the result in
-    [batch, M, N] order (no scatter pass in the kernel); the relation itself keeps the requested order."""
+def test_interleaved_contraction_returns_a_view_of_the_gemm_order(arrow_s):
+    """Through Arrow, big outputs that interleave the operands' labels come back as a transposed view of
+    the result in [batch, M, N] order (no scatter pass in the kernel); the relation itself keeps the
+    requested order."""
+    s = arrow_s
     rng = np.random.default_rng(2)
     x = rng.standard_normal((8, 8, 5, 8)).astype(np.float32)  # bcgf
     y = rng.standard_normal((8, 8, 8, 5)).astype(np.float32)  # adeg

@@ -67,6 +67,21 @@ SQL_FUNCTIONS: dict[str, str] = {
         "tensor_get(x BLOB, dtype VARCHAR, shape BIGINT[], index BIGINT[]) -> DOUBLE: one element "
         "(real dtypes)"
     ),
+    "tensor_einsum_into": (
+        "tensor_einsum_into(sink BIGINT, start BIGINT[], <tensor_einsum's arguments>) -> BIGINT: the block "
+        "product written into result sink `sink` at element coordinates `start` (computed there in place "
+        "when the block is one contiguous run of it); returns the elements written"
+    ),
+    "tensor_einsum_agg_into": (
+        "tensor_einsum_agg_into(sink BIGINT, start BIGINT[], <tensor_einsum_agg's arguments>) -> BIGINT: "
+        "aggregate, tensor_einsum_agg whose group block is written into result sink `sink` at `start` "
+        "instead of returned; returns the elements written"
+    ),
+    "tensor_sink_write": (
+        "tensor_sink_write(sink BIGINT, start BIGINT[], dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BIGINT: "
+        "copies block x into result sink `sink` at `start`; returns the elements written. Sinks are arrays "
+        "the caller registers for one query through the C ABI (udf_kernels.sink), never from SQL"
+    ),
     "tensorsql_kernels_version": "tensorsql_kernels_version() -> VARCHAR: the extension's version",
     "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",
     "tensor_max": "tensor_max(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise max (real dtypes)",

@@ -78,6 +78,7 @@ struct AggDef {
 	duckdb_aggregate_combine_t combine;
 	duckdb_aggregate_finalize_t finalize;
 	duckdb_aggregate_destroy_t destroy;
+	Ty ret = Ty::Blob;
 };
 
 inline duckdb_aggregate_function make_aggregate(const AggDef &d) {
@@ -87,7 +88,7 @@ inline duckdb_aggregate_function make_aggregate(const AggDef &d) {
 		TypeHandle h(t);
 		duckdb_aggregate_function_add_parameter(f, h.get());
 	}
-	TypeHandle ret(Ty::Blob);
+	TypeHandle ret(d.ret);
 	duckdb_aggregate_function_set_return_type(f, ret.get());
 	duckdb_aggregate_function_set_functions(f, state_size, d.init, d.update, d.combine, d.finalize);
 	duckdb_aggregate_function_set_destructor(f, d.destroy);

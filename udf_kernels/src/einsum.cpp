@@ -10,6 +10,7 @@
 #include "gemm.hpp"
 #include "agg_state.hpp"
 #include "permute.hpp"
+#include "sink.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -310,9 +311,10 @@ struct EinsumArgs {
 	DTypeArg dtypes;
 	Shape xs, ys;
 
-	explicit EinsumArgs(duckdb_data_chunk input)
-	    : spec_c(input, 0), join_c(input, 1), agg_c(input, 2), dtype_c(input, 3), x_c(input, 4), xs_c(input, 5),
-	      y_c(input, 6), ys_c(input, 7) {
+	// first: the column of spec (the *_into variants take a sink key and a start before it)
+	explicit EinsumArgs(duckdb_data_chunk input, idx_t first = 0)
+	    : spec_c(input, first), join_c(input, first + 1), agg_c(input, first + 2), dtype_c(input, first + 3),
+	      x_c(input, first + 4), xs_c(input, first + 5), y_c(input, first + 6), ys_c(input, first + 7) {
 	}
 	bool valid(idx_t row) const {
 		return spec_c.valid(row) && join_c.valid(row) && agg_c.valid(row) && dtype_c.valid(row) &&
@@ -338,6 +340,31 @@ struct EinsumArgs {
 		check_operand(fn, "x", r.xb, xs, r.dt);
 		check_operand(fn, "y", r.yb, ys, r.dt);
 		return r;
+	}
+};
+
+// The sink key and block start of the *_into variants (columns 0 and 1); the sink is looked up when the key
+// changes, so a wrong key fails on its first row.
+struct SinkArgs {
+	Col key_c;
+	ListCol start_c;
+	Sink sink;
+	int64_t key = 0;
+	Shape start;
+
+	explicit SinkArgs(duckdb_data_chunk input) : key_c(input, 0), start_c(input, 1) {
+	}
+	bool valid(idx_t row) const {
+		return key_c.valid(row) && start_c.valid(row);
+	}
+	const Sink &read(idx_t row, const char *fn) {
+		const int64_t k = key_c.i64(row);
+		if (sink.base == nullptr || k != key) {
+			sink = sink_find(k, fn);
+			key = k;
+		}
+		start_c.get(row, start, fn, "start");
+		return sink;
 	}
 };
 
@@ -387,6 +414,56 @@ void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 	});
 }
 
+// tensor_einsum_into(key, start, <tensor_einsum's arguments>) -> BIGINT: the block product written into a
+// result sink at `start` (the elements written are returned). A block that is one contiguous run of the sink
+// is computed in place there (the GEMM writes the caller's array directly); any other is formed in scratch
+// and copied into place.
+void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_einsum_into";
+	guard_scalar(info, FN, [&] {
+		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		SinkArgs sargs(input);
+		EinsumArgs args(input, 2);
+		ContractionCache contractions;
+		PlanCache plans;
+		GemmScratch scratch;
+		AlignedBuf xa, ya, zb;
+		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
+		for (idx_t row = 0; row < count; row++) {
+			if (!sargs.valid(row) || !args.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const Sink &sink = sargs.read(row, FN);
+			const EinsumArgs::Row r = args.read(row, FN);
+			const bool gemm = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
+			const Contraction *c = gemm ? &contractions.get(*r.spec, args.xs, args.ys, r.dt, FN) : nullptr;
+			const Plan *plan = gemm ? nullptr : &plans.get(*r.spec, args.xs, args.ys, r.dt, FN);
+			const Shape &zs = gemm ? c->out_shape : plan->out_shape;
+			const uint64_t numel = gemm ? c->out_numel : plan->out_numel;
+			const int64_t off = sink_block_offset(sink, r.dt, sargs.start, zs, FN);
+			const bool direct = sink_block_contiguous(sink, zs);
+			dispatch(r.dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				const T *x = aligned_view<T>(r.xb, xa);
+				const T *y = aligned_view<T>(r.yb, ya);
+				T *z = direct ? reinterpret_cast<T *>(sink.base) + off
+				              : reinterpret_cast<T *>(zb.resize(numel * sizeof(T)));
+				if (gemm) {
+					contract<T>(*c, x, y, z, false, budget, scratch);
+				} else {
+					run_join<T>(r.join, r.agg, *plan, x, y, z, FN);
+				}
+				if (!direct) {
+					sink_write<T>(sink, off, zs, {}, std::as_const(z));
+				}
+			});
+			out[row] = static_cast<int64_t>(numel);
+		}
+	});
+}
+
 // ---- tensor_einsum_agg: tensor_<agg>(tensor_einsum(...)) fused into one aggregate ----
 
 namespace {
@@ -404,6 +481,9 @@ struct EinsumAggState {
 	// interleaved labels grouped as [B, M, N]) and these loops (Z order, Loop::sx = stride in buf) map it to Z:
 	// the rows of a group (typically one per K block) then accumulate with beta = 1 and Z is permuted once.
 	std::vector<Loop> layout;
+	// tensor_einsum_agg_into: the result sink and the block's start there (key 0: tensor_einsum_agg)
+	int64_t sink_key = 0;
+	Shape sink_start;
 	void settle();
 	void to_z(); // settle(), then permute buf into Z's order if it is in a GEMM layout
 };
@@ -701,19 +781,29 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	}
 }
 
-void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
-	static constexpr const char *FN = EinsumAggState::kName;
+constexpr const char *kAggInto = "tensor_einsum_agg_into";
+
+// The update of tensor_einsum_agg, and of tensor_einsum_agg_into (into: a sink key and a start come first).
+void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states, bool into) {
+	const char *FN = into ? kAggInto : EinsumAggState::kName;
 	guard_aggregate(info, FN, [&] {
 		ThreadBudget *budget = budget_of(duckdb_aggregate_function_get_extra_info(info));
 		const idx_t count = duckdb_data_chunk_get_size(input);
-		EinsumArgs args(input);
+		std::unique_ptr<SinkArgs> sargs;
+		if (into) {
+			sargs = std::make_unique<SinkArgs>(input);
+		}
+		EinsumArgs args(input, into ? 2 : 0);
 		ContractionStore contractions;
 		PlanCache plans;
 		AlignedBuf xa, ya;
 		std::vector<GemmRow> gemm_rows;
 		for (idx_t row = 0; row < count; row++) {
-			if (!args.valid(row)) {
+			if (!args.valid(row) || (into && !sargs->valid(row))) {
 				continue;
+			}
+			if (into) {
+				sargs->read(row, FN);
 			}
 			const EinsumArgs::Row r = args.read(row, FN);
 			const bool gemm = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
@@ -744,9 +834,17 @@ void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckd
 					fresh->agg = r.agg;
 					fresh->out_shape = *out_shape;
 					fresh->buf.resize(out_numel * sizeof(T)); // filled by the first row (see fresh)
+					if (into) {
+						fresh->sink_key = sargs->key;
+						fresh->sink_start = sargs->start;
+					}
 					st = fresh.release();
 				} else {
 					check_state(*st, r.dt, r.agg, *out_shape, FN);
+					if (into && (st->sink_key != sargs->key || st->sink_start != sargs->start)) {
+						fail(std::string(FN) + ": rows of one group name different sink blocks (start " +
+						     shape_str(st->sink_start) + " then " + shape_str(sargs->start) + ")");
+					}
 				}
 				if (gemm) {
 					// deferred: the GEMM rows of the chunk run together below (possibly in parallel)
@@ -761,6 +859,14 @@ void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckd
 		}
 		run_gemm_rows(gemm_rows, budget);
 	});
+}
+
+void einsum_agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
+	agg_update(info, input, states, false);
+}
+
+void einsum_agg_into_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
+	agg_update(info, input, states, true);
 }
 
 void einsum_agg_combine(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_aggregate_state *target,
@@ -811,6 +917,35 @@ void einsum_agg_finalize(duckdb_function_info info, duckdb_aggregate_state *sour
 	state_finalize<EinsumAggState>(info, source, result, count, offset);
 }
 
+// Each group's block goes straight from its state into the sink (permuted there from a GEMM layout), not
+// through a DuckDB blob; the result is the number of elements written.
+void einsum_agg_into_finalize(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_vector result,
+                              idx_t count, idx_t offset) {
+	guard_aggregate(info, kAggInto, [&] {
+		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(result));
+		Sink sink;
+		int64_t key = 0;
+		for (idx_t i = 0; i < count; i++) {
+			EinsumAggState *st = slot<EinsumAggState>(source[i]);
+			if (st == nullptr) {
+				set_null(result, offset + i);
+				continue;
+			}
+			st->settle();
+			if (sink.base == nullptr || st->sink_key != key) {
+				sink = sink_find(st->sink_key, kAggInto);
+				key = st->sink_key;
+			}
+			const int64_t off = sink_block_offset(sink, st->dtype, st->sink_start, st->out_shape, kAggInto);
+			dispatch(st->dtype, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				sink_write<T>(sink, off, st->out_shape, st->layout, std::as_const(st->buf).template as<T>());
+			});
+			out[offset + i] = static_cast<int64_t>(st->buf.size() / itemsize(st->dtype));
+		}
+	});
+}
+
 void delete_budget(void *p) {
 	delete static_cast<BudgetPtr *>(p);
 }
@@ -844,6 +979,39 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	                                                     einsum_agg_combine,
 	                                                     einsum_agg_finalize,
 	                                                     state_destroy<EinsumAggState>});
+	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
+	ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
+	duckdb_destroy_aggregate_function(&a);
+	if (!ok) {
+		return false;
+	}
+	// the result-sink variants: (key BIGINT, start BIGINT[], <the same arguments>) -> BIGINT
+	const T I = T::BigInt;
+	f = duckdb_create_scalar_function();
+	duckdb_scalar_function_set_name(f, "tensor_einsum_into");
+	for (Ty t : {I, L, V, V, V, V, B, L, B, L}) {
+		TypeHandle h(t);
+		duckdb_scalar_function_add_parameter(f, h.get());
+	}
+	{
+		TypeHandle r(I);
+		duckdb_scalar_function_set_return_type(f, r.get());
+	}
+	duckdb_scalar_function_set_function(f, tensor_einsum_into);
+	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_budget);
+	ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
+	duckdb_destroy_scalar_function(&f);
+	if (!ok) {
+		return false;
+	}
+	a = make_aggregate(AggDef {kAggInto,
+	                           {I, L, V, V, V, V, B, L, B, L},
+	                           state_init<EinsumAggState>,
+	                           einsum_agg_into_update,
+	                           einsum_agg_combine,
+	                           einsum_agg_into_finalize,
+	                           state_destroy<EinsumAggState>,
+	                           I});
 	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
 	ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
 	duckdb_destroy_aggregate_function(&a);

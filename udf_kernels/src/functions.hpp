@@ -9,6 +9,7 @@ namespace tsk {
 
 // einsum.cpp
 void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 
 // map.cpp

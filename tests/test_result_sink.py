@@ -1,0 +1,203 @@
+"""Result sinks: the kernels write result blocks straight into the array numpy() returns."""
+
+from __future__ import annotations
+
+import threading
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import tensorsql as ts
+from tensorsql import sqlgen
+from udf_kernels import sink as udf_sink
+
+
+@pytest.fixture(scope="module")
+def s():
+    sess = ts.connect(threads=2)
+    yield sess
+    sess.close()
+
+
+def _sink_sql(rel) -> str:
+    return sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra, 12345))
+
+
+def _rand(shape, dtype, rng):
+    if np.dtype(dtype).kind == "c":
+        return (rng.standard_normal(shape) + 1j * rng.standard_normal(shape)).astype(dtype)
+    if np.dtype(dtype).kind == "i":
+        return rng.integers(-5, 6, size=shape).astype(dtype)
+    return rng.standard_normal(shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64", "complex64", "complex128"])
+@pytest.mark.parametrize(
+    ("a_blocks", "b_blocks", "fn"),
+    [
+        ((300, 200), (200, 100), "tensor_einsum_into"),  # one block: computed in place in the array
+        ((100, 200), (200, 100), "tensor_einsum_into"),  # row slabs: each one contiguous in the array
+        ((128, 200), (200, 30), "tensor_einsum_into"),  # column blocks: formed aside, copied into place
+        ((128, 64), (64, 100), "tensor_einsum_agg_into"),  # K split: groups accumulate, then one copy
+        ((64, 64), (64, 64), "tensor_einsum_agg_into"),
+    ],
+)
+def test_matmul_through_the_sink(s, dtype, a_blocks, b_blocks, fn):
+    rng = np.random.default_rng(0)
+    a, b = _rand((300, 200), dtype, rng), _rand((200, 100), dtype, rng)
+    ra, rb = s.from_numpy(a, block_shape=a_blocks), s.from_numpy(b, block_shape=b_blocks)
+    rel = s.einsum("ij,jk->ik", ra, rb, strategy="operands")
+    assert fn + "(" in _sink_sql(rel)
+    got = rel.numpy()
+    assert got.flags.c_contiguous and got.flags.writeable and got.flags.owndata
+    want = a @ b
+    if np.dtype(dtype).kind == "i":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("spec", "shapes"),
+    [
+        ("bcgf,adeg->abcdef", [(6, 5, 4, 3), (7, 6, 5, 4)]),  # interleaved output: permuted into place
+        ("ij,jk->", [(20, 30), (30, 10)]),  # a scalar result
+        ("bij,bjk->bik", [(3, 20, 30), (3, 30, 10)]),
+        ("ij,ij->ij", [(40, 30), (40, 30)]),  # no contraction at all
+        ("ij->ji", [(40, 30)]),
+    ],
+)
+@pytest.mark.parametrize("blocks", [None, 2])
+def test_contractions_through_the_sink_match_numpy(s, spec, shapes, blocks):
+    rng = np.random.default_rng(1)
+    ops = [rng.standard_normal(sh) for sh in shapes]
+    lhs = spec.split("->")[0].split(",")
+    opts = {} if blocks is None else {"blocks": {lhs[0][0]: blocks}}
+    rel = s.einsum(spec, *ops, **opts)
+    got = rel.numpy()
+    np.testing.assert_allclose(got, np.einsum(spec, *ops), rtol=1e-10, atol=1e-10)
+    assert got.flags.c_contiguous
+
+
+def test_stored_and_mapped_roots_use_tensor_sink_write(s):
+    x = np.arange(35.0).reshape(5, 7)
+    stored = s.from_numpy(x, block_shape=(2, 3))
+    assert "tensor_sink_write(" in _sink_sql(stored)
+    np.testing.assert_array_equal(stored.numpy(), x)
+    mapped = s.map(stored, "square")
+    assert "tensor_sink_write(" in _sink_sql(mapped)
+    np.testing.assert_array_equal(mapped.numpy(), x * x)
+    reblocked = stored.reblock(block_shape=(5, 2))
+    np.testing.assert_array_equal(reblocked.numpy(), x)
+
+
+def test_absent_blocks_come_back_as_zeros(s):
+    """A stored relation without some blocks (they read as zeros): not every element is written into the
+    sink, so the result goes the Arrow way, which fills the absent blocks."""
+    x = np.arange(12.0).reshape(4, 3)
+    table = pa.table(
+        {
+            "k0": pa.array([1], pa.int32()),
+            "k1": pa.array([0], pa.int32()),
+            "tensor": pa.array([x[2:].tobytes()], pa.binary()),
+        }
+    ).replace_schema_metadata(
+        {b"tensorsql.shape": b"[4, 3]", b"tensorsql.block_shape": b"[2, 3]", b"tensorsql.dtype": b"float64"}
+    )
+    rel = s.from_arrow(table)
+    want = np.where(np.arange(4)[:, None] >= 2, x, 0.0)
+    np.testing.assert_array_equal(rel.numpy(), want)
+    doubled = s.einsum("ij,jk->ik", rel, np.eye(3), strategy="operands")
+    np.testing.assert_array_equal(doubled.numpy(), want)
+
+
+def test_sinks_can_be_turned_off(s, monkeypatch):
+    monkeypatch.setenv("TENSORSQL_RESULT_SINK", "0")
+    sess = ts.connect()
+    try:
+        assert sess.result_sink is False
+        x = np.arange(6.0).reshape(2, 3)
+        assert sess.run_into(sess.from_numpy(x).plan()) is None
+        np.testing.assert_array_equal(sess.from_numpy(x).numpy(), x)
+    finally:
+        sess.close()
+
+
+def test_a_key_that_was_not_handed_out_is_refused(s):
+    blob = np.zeros(3, np.float32).tobytes()
+    with pytest.raises(duckdb.Error, match="no result sink with key 77"):
+        s.con.execute("SELECT tensor_sink_write(77, [0], 'float32', ?, [3])", [blob]).fetchall()
+    out = np.zeros((2, 3), np.float32)
+    with udf_sink.Sink(s._kernels, out) as key:
+        pass
+    with pytest.raises(duckdb.Error, match=f"no result sink with key {key}"):  # closed
+        s.con.execute("SELECT tensor_sink_write(?, [0, 0], 'float32', ?, [1, 3])", [key, blob]).fetchall()
+
+
+@pytest.mark.parametrize(
+    ("start", "shape", "dtype", "match"),
+    [
+        ([1, 1], [1, 3], "float32", r"block \[1,3\] at \[1,1\] does not fit in the sink's shape \[2,3\]"),
+        ([0, -1], [1, 3], "float32", "does not fit"),
+        ([0], [3], "float32", "must have the sink's rank 2"),
+        ([0, 0], [1, 3], "float64", "block dtype float64 but the sink holds float32"),
+    ],
+)
+def test_writes_are_bounds_checked(s, start, shape, dtype, match):
+    out = np.zeros((2, 3), np.float32)
+    blob = np.ones(3, np.dtype(dtype)).tobytes()
+    query = "SELECT tensor_sink_write(?, ?::BIGINT[], ?, ?, ?::BIGINT[])"
+    with udf_sink.Sink(s._kernels, out) as key, pytest.raises(duckdb.Error, match=match):
+        s.con.execute(query, [key, start, dtype, blob, shape]).fetchall()
+    assert not out.any()
+
+
+def test_einsum_into_checks_the_block_against_the_sink(s):
+    out = np.zeros((2, 2), np.float32)
+    x = np.ones((2, 3), np.float32).tobytes()
+    y = np.ones((3, 2), np.float32).tobytes()
+    with udf_sink.Sink(s._kernels, out) as key:
+        args = "(?, [1, 0], 'ab,bc->ac', 'multiply', 'sum', 'float32', ?, [2, 3], ?, [3, 2])"
+        for fn in ("tensor_einsum_into", "tensor_einsum_agg_into"):
+            with pytest.raises(duckdb.Error, match="does not fit in the sink's shape"):
+                s.con.execute("SELECT " + fn + args, [key, x, y]).fetchall()
+        assert not out.any()
+        n = s.con.execute(
+            "SELECT tensor_einsum_agg_into(?, [0, 0], 'ab,bc->ac', 'multiply', 'sum', 'float32', x, [2, 3], "
+            "?, [3, 2]) FROM (VALUES (?), (?)) t(x)",
+            [key, y, x, x],
+        ).fetchall()
+    assert n == [(4,)]
+    np.testing.assert_array_equal(out, np.full((2, 2), 6.0))  # two rows of one group: summed, then written
+
+
+def test_the_sink_refuses_what_it_cannot_hold(s):
+    with pytest.raises(ValueError, match="one of float32"):
+        udf_sink.Sink(s._kernels, np.zeros(3, np.float16))
+    with pytest.raises(ValueError, match="writable C-contiguous"):
+        udf_sink.Sink(s._kernels, np.zeros((3, 4))[:, ::2])
+
+
+def test_concurrent_sessions_write_their_own_results():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal((200, 150))
+    b = rng.standard_normal((150, 120))
+    errors: list[BaseException] = []
+
+    def work(seed: int) -> None:
+        try:
+            with ts.connect(threads=2) as sess:
+                for _ in range(5):
+                    got = sess.einsum("ij,jk->ik", a * seed, b, blocks={"i": 2, "j": 2}).numpy()
+                    np.testing.assert_allclose(got, (a * seed) @ b, rtol=1e-10, atol=1e-9)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(1, 4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors

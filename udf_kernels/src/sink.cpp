@@ -1,0 +1,172 @@
+// Result sinks (see sink.hpp): the registry behind the C ABI, and tensor_sink_write.
+#include "sink.hpp"
+
+#include "functions.hpp"
+
+#include <mutex>
+#include <random>
+#include <unordered_map>
+
+namespace tsk {
+
+namespace {
+
+struct Registry {
+	std::mutex mu;
+	std::unordered_map<int64_t, Sink> sinks;
+	std::mt19937_64 rng {std::random_device {}()};
+};
+
+Registry &registry() {
+	static Registry r;
+	return r;
+}
+
+} // namespace
+
+Sink sink_find(int64_t key, const char *fn) {
+	Registry &r = registry();
+	std::lock_guard<std::mutex> lock(r.mu);
+	auto it = r.sinks.find(key);
+	if (it == r.sinks.end()) {
+		fail(std::string(fn) + ": no result sink with key " + std::to_string(key) +
+		     " (sinks are opened by tensorsql for one query)");
+	}
+	return it->second;
+}
+
+int64_t sink_block_offset(const Sink &s, DType dt, const Shape &start, const Shape &block, const char *fn) {
+	if (dt != s.dtype) {
+		fail(std::string(fn) + ": block dtype " + dtype_name(dt) + " but the sink holds " + dtype_name(s.dtype));
+	}
+	if (start.size() != s.shape.size() || block.size() != s.shape.size()) {
+		fail(std::string(fn) + ": start " + shape_str(start) + " and block " + shape_str(block) +
+		     " must have the sink's rank " + std::to_string(s.shape.size()));
+	}
+	int64_t off = 0;
+	for (size_t d = 0; d < s.shape.size(); d++) {
+		if (start[d] < 0 || block[d] < 0 || start[d] > s.shape[d] || block[d] > s.shape[d] - start[d]) {
+			fail(std::string(fn) + ": block " + shape_str(block) + " at " + shape_str(start) +
+			     " does not fit in the sink's shape " + shape_str(s.shape));
+		}
+		off += start[d] * s.strides[d];
+	}
+	return off;
+}
+
+bool sink_block_contiguous(const Sink &s, const Shape &block) {
+	// contiguous iff, after the first axis longer than 1, every axis spans the sink's whole extent
+	size_t d = 0;
+	while (d < block.size() && block[d] == 1) {
+		d++;
+	}
+	for (size_t e = d + 1; e < block.size(); e++) {
+		if (block[e] != s.shape[e]) {
+			return false;
+		}
+	}
+	return true;
+}
+
+void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensor_sink_write";
+	guard_scalar(info, FN, [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		Col key_c(input, 0);
+		ListCol start_c(input, 1);
+		Col dtype_c(input, 2), x_c(input, 3);
+		ListCol xs_c(input, 4);
+		DTypeArg dtypes;
+		Shape start, xs;
+		Sink sink;
+		int64_t sink_key = 0;
+		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
+		for (idx_t row = 0; row < count; row++) {
+			if (!key_c.valid(row) || !start_c.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) ||
+			    !xs_c.valid(row)) {
+				set_null(output, row);
+				continue;
+			}
+			const int64_t key = key_c.i64(row);
+			if (sink.base == nullptr || key != sink_key) {
+				sink = sink_find(key, FN);
+				sink_key = key;
+			}
+			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			const Bytes xb = x_c.str(row);
+			start_c.get(row, start, FN, "start");
+			xs_c.get(row, xs, FN, "x_shape");
+			const uint64_t n = check_operand(FN, "x", xb, xs, dt);
+			const int64_t off = sink_block_offset(sink, dt, start, xs, FN);
+			dispatch(dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				AlignedBuf xa;
+				sink_write<T>(sink, off, xs, {}, aligned_view<T>(xb, xa));
+			});
+			out[row] = static_cast<int64_t>(n);
+		}
+	});
+}
+
+} // namespace tsk
+
+extern "C" {
+
+int64_t tensorsql_sink_open(void *base, const char *dtype, int64_t ndim, const int64_t *shape) {
+	using namespace tsk;
+	try {
+		if (base == nullptr || dtype == nullptr || ndim < 0 || ndim > 64 || (ndim > 0 && shape == nullptr)) {
+			return -1;
+		}
+		const Bytes name {dtype, std::strlen(dtype)};
+		DType dt = DType::F64;
+		bool known = false;
+		for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::C64, DType::C128}) {
+			if (same_bytes(name, dtype_name(d))) {
+				dt = d;
+				known = true;
+			}
+		}
+		if (!known) {
+			return -1;
+		}
+		Sink s;
+		s.base = static_cast<unsigned char *>(base);
+		s.dtype = dt;
+		s.shape.assign(shape, shape + ndim);
+		s.strides.assign(static_cast<size_t>(ndim), 1);
+		uint64_t total = 1;
+		for (int64_t d = ndim; d-- > 0;) {
+			if (shape[d] < 0) {
+				return -1;
+			}
+			s.strides[static_cast<size_t>(d)] = static_cast<int64_t>(total);
+			if (__builtin_mul_overflow(total, static_cast<uint64_t>(shape[d]), &total) ||
+			    total > (uint64_t(1) << 62) / itemsize(dt)) {
+				return -1;
+			}
+		}
+		Registry &r = registry();
+		std::lock_guard<std::mutex> lock(r.mu);
+		int64_t key = 0;
+		while (key == 0 || r.sinks.count(key) != 0) {
+			key = static_cast<int64_t>(r.rng() >> 1);
+		}
+		r.sinks.emplace(key, std::move(s));
+		return key;
+	} catch (...) {
+		return -1;
+	}
+}
+
+int tensorsql_sink_close(int64_t key) {
+	using namespace tsk;
+	try {
+		Registry &r = registry();
+		std::lock_guard<std::mutex> lock(r.mu);
+		return r.sinks.erase(key) == 1 ? 0 : -1;
+	} catch (...) {
+		return -1;
+	}
+}
+}

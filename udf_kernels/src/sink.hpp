@@ -1,0 +1,66 @@
+// Result sinks: an output array the caller (tensorsql's Python side) lends to one query, so each result block
+// is written once, straight into the array the caller returns, instead of kernel buffer -> DuckDB blob ->
+// Arrow buffer -> numpy (two to three extra passes over the whole result).
+//
+// The caller registers the array through the extension's C ABI (tensorsql_sink_open, reached with ctypes,
+// not from SQL) and gets back a random 63-bit key; SQL functions name the key and the block's start, and
+// every write is bounds-checked against the registered shape. A key that was never handed out, or is
+// already closed, is an error, so a SQL user cannot write anywhere without a key the caller gave out.
+//
+// This registry is the one piece of process-wide mutable state in the extension: the C ABI entry points have
+// no database to hang it on. It is guarded by a mutex; a lookup copies the entry, and the caller closes a
+// sink only after the query that writes to it has returned.
+#pragma once
+
+#include "dtype.hpp"
+#include "permute.hpp"
+#include "spec.hpp"
+
+namespace tsk {
+
+struct Sink {
+	unsigned char *base = nullptr;
+	DType dtype = DType::F64;
+	Shape shape;
+	Shape strides; // in elements, C order
+};
+
+// The registered sink `key`; fails naming fn when there is none.
+Sink sink_find(int64_t key, const char *fn);
+
+// Validates a block of shape `block` at element coordinates `start` against the sink (rank, bounds, dtype);
+// returns the element offset of the block's first element.
+int64_t sink_block_offset(const Sink &s, DType dt, const Shape &start, const Shape &block, const char *fn);
+
+// Whether the block's elements are one contiguous run of the sink in C order (then a kernel may write the
+// block there directly, as if it were its own buffer).
+bool sink_block_contiguous(const Sink &s, const Shape &block);
+
+// Copies a block into the sink at element offset `off`. `loops` walk the block in Z's C order with
+// Loop::sx = the source stride (a contiguous block when empty: strides from `block`).
+template <class T>
+void sink_write(const Sink &s, int64_t off, const Shape &block, const std::vector<Loop> &loops, const T *src) {
+	std::vector<Loop> L(block.size());
+	int64_t st = 1;
+	for (size_t d = block.size(); d-- > 0;) {
+		L[d].size = block[d];
+		L[d].sx = loops.empty() ? st : loops[d].sx;
+		L[d].sy = s.strides[d];
+		st *= block[d];
+	}
+	strided_copy(L.data(), L.size(), src, reinterpret_cast<T *>(s.base) + off, Assign {});
+}
+
+// tensor_sink_write(key BIGINT, start BIGINT[], dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BIGINT
+void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
+} // namespace tsk
+
+extern "C" {
+// Registers `ndim`-dimensional C-contiguous array `base` of `dtype` ('float32', ...) and `shape`; returns its
+// key (> 0), or -1 for invalid arguments.
+__attribute__((visibility("default"))) int64_t tensorsql_sink_open(void *base, const char *dtype, int64_t ndim,
+                                                                   const int64_t *shape);
+// Unregisters a sink; returns 0, or -1 when the key is not registered.
+__attribute__((visibility("default"))) int tensorsql_sink_close(int64_t key);
+}
