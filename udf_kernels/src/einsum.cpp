@@ -10,6 +10,7 @@
 #include "gemm.hpp"
 #include "agg_state.hpp"
 #include "permute.hpp"
+#include "pgemm.hpp"
 #include "sink.hpp"
 
 #include <algorithm>
@@ -633,7 +634,93 @@ struct GemmRow {
 	bool shared = false; // the chunk has more GEMM rows for this state
 };
 
-void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, AlignedBuf &xa, AlignedBuf &ya) {
+// Packed copies (pgemm) of the float32 blocks one thread multiplies, valid for one run_gemm_rows call (the
+// chunk's blobs stay put until it returns, so a blob's address identifies its block). A thread runs its rows
+// sorted by X block, so X's copy serves a whole run of rows; Y blocks recur across runs and are kept up to
+// kCapBytes (first come, first kept: the access pattern is cyclic, where LRU would keep nothing).
+class PackCache {
+public:
+	static constexpr size_t kCapBytes = size_t(32) << 20;
+
+	// The packed A (role_a) or B operand of contraction c, whose elements start at `data` (blob `key`).
+	const float *get(const char *key, const Contraction &c, bool role_a, const float *data, bool is_x) {
+		Entry *e = nullptr;
+		if (is_x) {
+			e = &x_;
+		} else {
+			for (auto &y : ys_) {
+				if (y->key == key && y->c == &c && y->role_a == role_a) {
+					return std::as_const(y->buf).template as<float>();
+				}
+			}
+			const size_t bytes = (role_a ? pgemm::packed_a_floats(c.m, c.k) : pgemm::packed_b_floats(c.k, c.n)) *
+			                     sizeof(float);
+			if (y_bytes_ + bytes <= kCapBytes) {
+				ys_.push_back(std::make_unique<Entry>());
+				e = ys_.back().get();
+				y_bytes_ += bytes;
+			} else {
+				e = &spill_;
+			}
+		}
+		if (e->key == key && e->c == &c && e->role_a == role_a) {
+			return std::as_const(e->buf).template as<float>();
+		}
+		e->key = key;
+		e->c = &c;
+		e->role_a = role_a;
+		const size_t n = role_a ? pgemm::packed_a_floats(c.m, c.k) : pgemm::packed_b_floats(c.k, c.n);
+		float *out = reinterpret_cast<float *>(e->buf.resize(n * sizeof(float)));
+		if (role_a) {
+			pgemm::pack_a(data, c.a.sr, c.a.sc, c.m, c.k, out);
+		} else {
+			pgemm::pack_b(data, c.b.sr, c.b.sc, c.k, c.n, out);
+		}
+		return out;
+	}
+
+private:
+	struct Entry {
+		const char *key = nullptr;
+		const Contraction *c = nullptr;
+		bool role_a = false;
+		AlignedBuf buf;
+	};
+	Entry x_, spill_;
+	std::vector<std::unique_ptr<Entry>> ys_;
+	size_t y_bytes_ = 0;
+};
+
+// Whether a row's GEMM runs on packed copies: one float32 batch whose operands are read in place, C in Z's
+// order, and small enough not to be split over threads (OpenBLAS's threaded path serves big ones).
+bool packed_gemm(const GemmRow &w, const EinsumAggState &st, ThreadBudget *budget) {
+	const Contraction &c = *w.c;
+	if (w.dt != DType::F32 || c.nb != 1 || c.a.pack || c.b.pack || c.pack_c || c.tiled || !st.layout.empty()) {
+		return false;
+	}
+	if (c.m < 16 || c.n < 16 || c.k < 16) {
+		return false;
+	}
+	if (budget != nullptr && gemm_threads_wanted(c.flops, budget->total()) > 1) {
+		return false;
+	}
+	return pgemm::supported();
+}
+
+void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, AlignedBuf &xa, AlignedBuf &ya,
+                  PackCache *packs = nullptr) {
+	if (packs != nullptr && packed_gemm(w, *w.st, budget)) {
+		const Contraction &c = *w.c;
+		const float *x = aligned_view<float>(w.xb, xa);
+		const float *y = aligned_view<float>(w.yb, ya);
+		// A = X and B = Y, or A = Y^T and B = X^T (swap); the cache is keyed by blob so X's copy is reused
+		const float *pa = c.swap ? packs->get(w.yb.data, c, true, y, false) : packs->get(w.xb.data, c, true, x, true);
+		const float *pb = c.swap ? packs->get(w.xb.data, c, false, x, true) : packs->get(w.yb.data, c, false, y, false);
+		EinsumAggState &st = *w.st;
+		pgemm::gemm_packed(c.m, c.n, c.k, pa, pb, st_data<float>(&st), c.cr, !st.fresh);
+		st.fresh = false;
+		return;
+	}
 	dispatch(w.dt, [&](auto tag) {
 		using T = typename decltype(tag)::type;
 		const T *x = aligned_view<T>(w.xb, xa);
@@ -743,8 +830,9 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 		held.release(); // each GEMM below takes its own tokens
 		GemmScratch scratch;
 		AlignedBuf xa, ya;
+		PackCache packs;
 		for (const auto &w : rows) {
-			run_gemm_row(w, budget, scratch, xa, ya);
+			run_gemm_row(w, budget, scratch, xa, ya, &packs);
 		}
 		return;
 	}
@@ -767,8 +855,9 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 				const void *xa_ = rows[a].xb.data, *xb_ = rows[b].xb.data;
 				return lt(xa_, xb_) || (xa_ == xb_ && lt(rows[a].yb.data, rows[b].yb.data));
 			});
+			PackCache packs;
 			for (size_t i : order) {
-				run_gemm_row(rows[i], nullptr, scratch, xa, ya);
+				run_gemm_row(rows[i], nullptr, scratch, xa, ya, &packs);
 			}
 		} catch (...) {
 			errors[static_cast<size_t>(t)] = std::current_exception();
