@@ -148,16 +148,26 @@ Contraction::GroupTiles group_tiles(const std::vector<int> &g, const int64_t *si
 constexpr int64_t kTileBytes = 256 * 1024;
 
 void plan_tiles(Contraction &c, const std::vector<int> &B, const std::vector<int> &M, const std::vector<int> &N,
-                const int64_t *size, const int64_t *zstride, const std::string &output, size_t isz) {
+                const int64_t *size, const int64_t *zstride, const std::string &output, size_t isz, int64_t k) {
 	const int64_t m = prod(M, size), n = prod(N, size);
 	const int64_t cap = std::max<int64_t>(4096, kTileBytes / static_cast<int64_t>(isz));
 	if (m * n <= 2 * cap) {
 		return; // one scratch C per batch is small already
 	}
+	Contraction::GroupTiles nt = group_tiles(N, size, std::max<int64_t>(1, cap / std::min<int64_t>(m, 128)));
+	Contraction::GroupTiles mt = group_tiles(M, size, std::max<int64_t>(1, cap / nt.rows));
+	// BLAS packs its operands on every call, so each M tile reads all of B again and each N tile all of A.
+	// Tiles pay off when K is short (the pass over C dominates); with a long K that re-reading costs more than
+	// forming C whole in scratch and permuting it into Z (one more write and read of C).
+	const double reread = static_cast<double>(mt.count - 1) * static_cast<double>(k) * static_cast<double>(n) +
+	                      static_cast<double>(nt.count - 1) * static_cast<double>(m) * static_cast<double>(k);
+	if (reread > 2.0 * static_cast<double>(m) * static_cast<double>(n)) {
+		return;
+	}
 	c.tiled = true;
 	c.bt = group_tiles(B, size, 1); // batches one at a time
-	c.nt = group_tiles(N, size, std::max<int64_t>(1, cap / std::min<int64_t>(m, 128)));
-	c.mt = group_tiles(M, size, std::max<int64_t>(1, cap / c.nt.rows));
+	c.nt = nt;
+	c.mt = mt;
 	int pos[3] = {0, 0, 0};
 	for (char ch : output) {
 		const int l = label_index(ch);
@@ -309,7 +319,7 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 			const int l = label_index(ch);
 			c.unpack.push_back(Loop {li.size[l], sstride[l], 0});
 		}
-		plan_tiles(c, B, M, N, li.size, zstride, spec.output, isz);
+		plan_tiles(c, B, M, N, li.size, zstride, spec.output, isz, k);
 	}
 	c.nb = nb;
 	c.m = c.swap ? n : m;
