@@ -7,6 +7,7 @@ contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.te
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from sqlglot import exp
@@ -103,6 +104,8 @@ class _Builder:
     def __init__(self) -> None:
         self.ctes: list[tuple[str, exp.Select]] = []
         self.names: dict[int, str] = {}
+        #: a positional join may have padded its output with NULL rows (see pair)
+        self.padded = False
 
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
@@ -152,15 +155,7 @@ class _Builder:
         if isinstance(rel, T.Join):
             x, y = rel.left.schema, rel.right.schema
             sx, sy = self.src(rel.left, "x"), self.src(rel.right, "y")
-            q = exp.select().from_(sx.table)
-            shared = [k for k in x.keys if k in y.keys]
-            if shared:
-                on = exp.and_(*[exp.EQ(this=sx.cols[k].copy(), expression=sy.cols[k].copy()) for k in shared])
-                q = q.join(sy.table, on=on, copy=False)
-            else:
-                q = q.join(sy.table, join_type="cross", copy=False)
-            for cond in sx.where + sy.where:
-                q = q.where(cond, copy=False)
+            q = self.pair(sx, rel.left, sy, rel.right)
             keys = {k: (sx.cols[k] if k in sx.cols else sy.cols[k]).copy() for k in s.keys}
             tensor = call(
                 "tensor_einsum",
@@ -209,6 +204,49 @@ class _Builder:
         else:
             raise TypeError(f"unhandled TRA node {type(rel).__name__}")
         return Row(q, keys, tensor)
+
+    def pair(self, sx: Src, left: T.Rel, sy: Src, right: T.Rel) -> exp.Select:
+        """The FROM clause that pairs the blocks of a join's two sides.
+
+        When one side is a single block at most half the size of the other side's blocks, every shared key
+        is 0 on both sides and there is nothing to match: that block is paired with each row of the other
+        side by position (``_positional``), which copies no blob of the other side. The other side's row
+        count is counted for a stored table and bounded by its block grid for a computed one (exact unless
+        an input lacks blocks: then the padding rows carry NULL keys and blocks, which every consumer
+        skips).
+        """
+        x, y = left.schema, right.schema
+        single = [(src, rel) for src, rel in ((sx, left), (sy, right)) if _single_block(rel.schema)]
+        if single:
+            small, small_rel = min(single, key=lambda item: math.prod(item[1].schema.blocks.values()))
+            big, big_rel = (sy, right) if small is sx else (sx, left)
+            # the positional join materializes its repeated side (~1.5 GB/s here), the hash join's output
+            # buffer copies both sides (~4 GB/s): by position only when the single block is the small one
+            small_elems = math.prod(small_rel.schema.blocks.values())
+            if not big.where and 2 * small_elems <= math.prod(big_rel.schema.blocks.values()):
+                if isinstance(big_rel, T.Scan) or (
+                    isinstance(big_rel, T.Relabel) and isinstance(big_rel.child, T.Scan)
+                ):
+                    rows: exp.Expression = exp.Subquery(
+                        this=exp.select(exp.Count(this=exp.Star())).from_(
+                            exp.Table(this=big.table.this.copy())
+                        )
+                    )
+                else:
+                    schema = big_rel.schema
+                    rows = lit(math.prod(schema.nblocks(k) for k in schema.keys))
+                    self.padded = True
+                return _positional(small, big, rows)
+        q = exp.select().from_(sx.table)
+        shared = [k for k in x.keys if k in y.keys]
+        if shared:
+            on = exp.and_(*[exp.EQ(this=sx.cols[k].copy(), expression=sy.cols[k].copy()) for k in shared])
+            q = q.join(sy.table, on=on, copy=False)
+        else:
+            q = q.join(sy.table, join_type="cross", copy=False)
+        for cond in sx.where + sy.where:
+            q = q.where(cond, copy=False)
+        return q
 
     def aggregate(self, rel: T.Aggregate, rename: dict[str, str] | None = None) -> exp.Select:
         child = rel.child
@@ -297,6 +335,35 @@ class _Builder:
         return self.finish(Row(q, keys, tensor), group=True)
 
 
+def _filtered(src: Src, *cols: exp.Expression) -> exp.Select:
+    """SELECT <cols> FROM the source, with its filters (repeated labels) applied."""
+    q = exp.select(*cols).from_(src.table.copy())
+    for cond in src.where:
+        q = q.where(cond.copy(), copy=False)
+    return q
+
+
+def _single_block(schema: T.Schema) -> bool:
+    return all(schema.blocks[k] >= schema.sizes[k] for k in schema.keys)
+
+
+def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:
+    """FROM big POSITIONAL JOIN (small's one row, repeated ``rows`` times).
+
+    DuckDB's join operators buffer outputs of fewer than 64 rows, which copies every blob of every joined
+    pair (a tensor join yields few, large rows): ~4 GB/s, as much as the products of a memory-bound
+    contraction cost. A positional join streams its left side without copying and materializes only its
+    right side, here the one small block, repeated by UNNEST. (A filter after the join would copy again,
+    so padding rows, when ``rows`` exceeds big's row count, are left for the consumers: see ``to_ast``.)
+    """
+    copies = exp.Explode(this=call("range", rows))
+    right = _filtered(small, exp.Star(), exp.alias_(copies, ident("__ts_rep")))
+    join = exp.Join(
+        this=exp.Subquery(this=right, alias=exp.TableAlias(this=ident(small.alias))), method="POSITIONAL"
+    )
+    return exp.select().from_(big.table.copy()).join(join, copy=False)
+
+
 def _bigint(value: int) -> exp.Expression:
     return exp.Cast(this=lit(value), to=exp.DataType.build("BIGINT"))
 
@@ -356,10 +423,15 @@ def to_sink_ast(root: T.Rel, key: int) -> exp.Select:
 
 
 def to_ast(root: T.Rel) -> exp.Select:
-    """The whole plan as one statement: a WITH clause of CTEs and a final SELECT."""
+    """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
+    rows a positional join may leave, so results and saved tables hold real blocks only)."""
     b = _Builder()
     name = b.ref(root)
     q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
+    if b.padded:
+        q = q.where(
+            exp.Not(this=exp.Is(this=exp.column("tensor", quoted=True), expression=exp.Null())), copy=False
+        )
     for cte_name, cte in b.ctes:
         q = q.with_(ident(cte_name), as_=cte, copy=False)
     return q

@@ -15,8 +15,16 @@ WITH "t0" AS (
     "x"."k1" AS "k1",
     tensor_einsum_agg('ab,ca->cb', 'multiply', 'sum', 'float64', "x"."tensor", [3, 50], "y"."tensor", [4, 3]) AS "tensor"
   FROM "C" AS "x"
-  JOIN "t0" AS "y"
-    ON "x"."k0" = "y"."k1"
+  POSITIONAL JOIN (
+    SELECT
+      *,
+      UNNEST(range((
+        SELECT
+          COUNT(*)
+        FROM "C"
+      ))) AS "__ts_rep"
+    FROM "t0" AS "y"
+  ) AS "y"
   GROUP BY
     "y"."k0",
     "x"."k1"

@@ -23,8 +23,15 @@ WITH "t0" AS (
       CAST([] AS BIGINT[])
     ) AS "tensor"
   FROM "t0" AS "x"
-  CROSS JOIN "t1" AS "y"
+  POSITIONAL JOIN (
+    SELECT
+      *,
+      UNNEST(range(1)) AS "__ts_rep"
+    FROM "t1" AS "y"
+  ) AS "y"
 )
 SELECT
   *
 FROM "t2"
+WHERE
+  NOT "tensor" IS NULL
