@@ -144,7 +144,7 @@ def out_copies(rel: ts.TensorRelation) -> int:
     """Copies of each output block on its way into the returned array (see COPIES_IN)."""
     from tensorsql import sqlgen
 
-    sql = sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra, 1))
+    sql = sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra))
     bs, shape = rel.block_shape, rel.shape
     lead = next((d for d, b in enumerate(bs) if b != 1), len(bs))
     contiguous = all(b == n for b, n in zip(bs[lead + 1 :], shape[lead + 1 :], strict=True))

@@ -53,13 +53,20 @@ class Plan:
     tra: T.Rel
     ast: exp.Select
     info: planning.PlanInfo
-    _text: dict[bool, str] = field(default_factory=dict, repr=False, compare=False)
+    _text: dict[object, str] = field(default_factory=dict, repr=False, compare=False)
 
     def sql(self, pretty: bool = True) -> str:
         """The SQL text, generated once per form (sqlglot generation is not free on big graphs)."""
         if pretty not in self._text:
             self._text[pretty] = sqlgen.sql_text(self.ast, pretty=pretty)
         return self._text[pretty]
+
+    def sink_sql(self) -> str:
+        """The statement that writes the result into a result sink (``sqlgen.to_sink_ast``), generated once:
+        it takes the sink's key as its parameter. Several milliseconds for a multi-step plan."""
+        if "sink" not in self._text:
+            self._text["sink"] = sqlgen.sql_text(sqlgen.to_sink_ast(self.tra))
+        return self._text["sink"]
 
     def explain(self) -> str:
         lines = ["== Plan ==", *planning.describe(self.info), "", "== EinGraph =="]
@@ -284,10 +291,10 @@ class Session:
                 self.result_sink = udf_sink.available(self._kernels, self.con)
                 if not self.result_sink:
                     return None
+            text = plan.sink_sql()
             with udf_sink.Sink(self._kernels, out) as key:
-                text = sqlgen.sql_text(sqlgen.to_sink_ast(plan.tra, key))
                 try:
-                    _blocks, elements = self.con.execute(text).fetchall()[0]
+                    _blocks, elements = self.con.execute(text, [key]).fetchall()[0]
                 except duckdb.Error as exc:
                     raise _wrap_duckdb(exc, "einsum") from exc
         if elements != out.size:  # absent blocks (or a malformed stored relation): not every element written

@@ -364,8 +364,9 @@ def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:
     return exp.select().from_(big.table.copy()).join(join, copy=False)
 
 
-def _bigint(value: int) -> exp.Expression:
-    return exp.Cast(this=lit(value), to=exp.DataType.build("BIGINT"))
+def _sink_key() -> exp.Expression:
+    """The sink key, a parameter of the statement (its text stays the same from one run to the next)."""
+    return exp.Cast(this=exp.Placeholder(), to=exp.DataType.build("BIGINT"))
 
 
 def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression:
@@ -373,8 +374,8 @@ def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression
     return array([exp.Mul(this=cols[lab].copy(), expression=lit(schema.blocks[lab])) for lab in schema.blob])
 
 
-def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
-    """One row per result block, each block written into result sink ``key`` (``written``: its elements).
+def _sink_rows(b: _Builder, root: T.Rel) -> exp.Select:
+    """One row per result block, each block written into the result sink (``written``: its elements).
 
     The root contraction (Positional over a fused Aggregate over a Join) writes from the kernel: as a scalar
     ``tensor_einsum_into`` when every contracted label is one block (each group is one joined pair, so the
@@ -389,7 +390,7 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
         if isinstance(join, T.Join) and join.agg == agg.agg:
             row = b.row(join)
             if isinstance(row.tensor, exp.Anonymous) and row.tensor.name == "tensor_einsum":
-                args = [_bigint(key), _starts(agg.schema, row.keys)]
+                args = [_sink_key(), _starts(agg.schema, row.keys)]
                 args += [a.copy() for a in row.tensor.expressions]
                 js = join.schema
                 summed = [lab for lab in js.keys if lab not in agg.schema.keys]
@@ -402,17 +403,18 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
     s = root.schema
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)
-    tensor = call("tensor_sink_write", _bigint(key), starts, lit(s.dtype), col("c", "tensor"), shape)
+    tensor = call("tensor_sink_write", _sink_key(), starts, lit(s.dtype), col("c", "tensor"), shape)
     return exp.select(exp.alias_(tensor, written)).from_(table(b.ref(root), "c"))
 
 
-def to_sink_ast(root: T.Rel, key: int) -> exp.Select:
-    """The plan as one statement that writes every result block into result sink ``key`` (a C-contiguous
-    array registered by the caller) and returns (blocks, elements) written, for a completeness check."""
+def to_sink_ast(root: T.Rel) -> exp.Select:
+    """The plan as one statement that writes every result block into a result sink (a C-contiguous array
+    the caller registered; its key is the statement's one parameter) and returns (blocks, elements)
+    written, for a completeness check."""
     if len(set(root.schema.blob)) != len(root.schema.blob):
         raise TypeError("a result sink needs one blob label per dimension")
     b = _Builder()
-    rows = _sink_rows(b, root, key)
+    rows = _sink_rows(b, root)
     w = col("w", "written")
     q = exp.select(
         exp.alias_(exp.Count(this=w), ident("blocks")), exp.alias_(exp.Sum(this=w.copy()), ident("elements"))

@@ -22,7 +22,7 @@ def s():
 
 
 def _sink_sql(rel) -> str:
-    return sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra, 12345))
+    return sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra))
 
 
 def _rand(shape, dtype, rng):
