@@ -54,6 +54,8 @@ class Plan:
     ast: exp.Select
     info: planning.PlanInfo
     _text: dict[object, str] = field(default_factory=dict, repr=False, compare=False)
+    #: runs of the sink statement, and the name it is prepared under from its second run (Session)
+    _sink: dict[str, object] = field(default_factory=dict, repr=False, compare=False)
 
     def sql(self, pretty: bool = True) -> str:
         """The SQL text, generated once per form (sqlglot generation is not free on big graphs)."""
@@ -291,15 +293,37 @@ class Session:
                 self.result_sink = udf_sink.available(self._kernels, self.con)
                 if not self.result_sink:
                     return None
-            text = plan.sink_sql()
             with udf_sink.Sink(self._kernels, out) as key:
                 try:
-                    _blocks, elements = self.con.execute(text, [key]).fetchall()[0]
+                    _blocks, elements = self._run_sink(plan, key)
                 except duckdb.Error as exc:
                     raise _wrap_duckdb(exc, "einsum") from exc
         if elements != out.size:  # absent blocks (or a malformed stored relation): not every element written
             return None
         return out
+
+    def _run_sink(self, plan: Plan, key: int) -> tuple[int, int]:
+        """Runs the plan's sink statement. From its second run on, the statement is prepared once and then
+        executed: binding and planning a statement of several CTEs costs DuckDB a few milliseconds, as
+        much as the kernels of a small einsum tree. A prepared statement that no longer binds (a table it
+        reads was replaced) is dropped and the statement run as text."""
+        state = plan._sink
+        name = state.get("name")
+        if name is None:
+            state["runs"] = runs = int(state.get("runs", 0)) + 1  # type: ignore[call-overload]
+            if runs < 2:
+                return self.con.execute(plan.sink_sql(), [key]).fetchall()[0]
+            name = self._name("_ts_stmt")
+            self.con.execute("PREPARE " + ident(name).sql(dialect="duckdb") + " AS " + plan.sink_sql())
+            state["name"] = name
+            weakref.finalize(plan, _deallocate, weakref.ref(self), name)
+        call = exp.Anonymous(this=ident(str(name)), expressions=[exp.Literal.number(key)])
+        try:
+            return self.con.execute("EXECUTE " + sqlgen.sql_text(call)).fetchall()[0]
+        except duckdb.Error:
+            state.pop("name", None)
+            _deallocate(weakref.ref(self), str(name))
+            return self.con.execute(plan.sink_sql(), [key]).fetchall()[0]
 
     # -- making relations -----------------------------------------------------------------------------
     def _source(
@@ -577,6 +601,17 @@ def _unregister(session_ref: weakref.ref, view: str) -> None:
         with s._lock:
             s.con.unregister(view)
     except (duckdb.Error, AttributeError):
+        pass
+
+
+def _deallocate(session_ref: weakref.ref, name: str) -> None:
+    s = session_ref()
+    if s is None:
+        return
+    try:
+        with s._lock:
+            s.con.execute("DEALLOCATE " + ident(name).sql(dialect="duckdb"))
+    except duckdb.Error:
         pass
 
 

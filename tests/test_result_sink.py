@@ -275,3 +275,33 @@ def test_an_absent_single_block_reads_as_zeros(s):
     np.testing.assert_array_equal(rel.numpy(), np.zeros((60, 10)))
     diag = s.einsum("ii,ij->ij", s.from_numpy(a[:40, :40], block_shape=(20, 20)), s.from_numpy(a[:40, :30]))
     np.testing.assert_allclose(diag.numpy(), np.einsum("ii,ij->ij", a[:40, :40], a[:40, :30]), atol=1e-12)
+
+
+def test_a_plan_run_again_is_prepared_once(s):
+    import gc
+
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((50, 40)), rng.standard_normal((40, 30))
+    rel = s.einsum("ij,jk->ik", a, b)
+    for _ in range(3):
+        np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-12, atol=1e-12)
+    name = rel.plan()._sink["name"]
+    prepared = [r[0] for r in s.con.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()]
+    assert name in prepared
+    del rel
+    gc.collect()
+    prepared = [r[0] for r in s.con.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()]
+    assert name not in prepared
+
+
+def test_a_prepared_plan_whose_table_changed_still_runs(s):
+    x = np.arange(12.0).reshape(3, 4)
+    s.from_numpy(x).save("prep_src", replace=True)
+    rel = s.map(s.table("prep_src"), "square")
+    for _ in range(2):
+        np.testing.assert_array_equal(rel.numpy(), x * x)
+    s.con.execute("DROP TABLE prep_src")
+    s.con.execute(
+        "CREATE TABLE prep_src AS SELECT 0::INTEGER AS k0, 0::INTEGER AS k1, ?::BLOB AS tensor", [x.tobytes()]
+    )
+    np.testing.assert_array_equal(rel.numpy(), x * x)
