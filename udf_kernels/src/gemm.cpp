@@ -1,4 +1,5 @@
 #include "gemm.hpp"
+#include "pgemm.hpp"
 #include "permute.hpp"
 
 #include <cblas.h>
@@ -357,6 +358,14 @@ const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf) {
 	return dst;
 }
 
+// float32 products with a short K and operands of modest size go to the packed kernel (pgemm.hpp).
+bool packed_small_k(int64_t m, int64_t n, int64_t k) {
+	if (k > 256 || m < 16 || n < 16 || (m + n) * k > (int64_t(8) << 20)) {
+		return false;
+	}
+	return pgemm::supported();
+}
+
 inline CBLAS_TRANSPOSE tr(bool t) {
 	return t ? CblasTrans : CblasNoTrans;
 }
@@ -372,6 +381,17 @@ void gemm_raw(const Contraction &c, const T *a, const T *Bm, T *cc, int64_t m64,
 	}
 	const int lda = static_cast<int>(c.a.ld), ldb = static_cast<int>(c.b.ld), ldc = static_cast<int>(ldc64);
 	if constexpr (std::is_same_v<T, float>) {
+		if (packed_small_k(m64, n64, c.k)) {
+			// OpenBLAS first scales C by beta (a memset for beta = 0): with a short K that extra pass over C
+			// is 15-30% of the product. The packed kernel writes C once.
+			AlignedBuf pa, pb;
+			float *pa_ = reinterpret_cast<float *>(pa.resize(pgemm::packed_a_floats(m64, c.k) * sizeof(float)));
+			float *pb_ = reinterpret_cast<float *>(pb.resize(pgemm::packed_b_floats(c.k, n64) * sizeof(float)));
+			pgemm::pack_a(a, c.a.trans ? 1 : c.a.ld, c.a.trans ? c.a.ld : 1, m64, c.k, pa_);
+			pgemm::pack_b(Bm, c.b.trans ? 1 : c.b.ld, c.b.trans ? c.b.ld : 1, c.k, n64, pb_);
+			pgemm::gemm_packed(m64, n64, c.k, pa_, pb_, cc, ldc64, beta1);
+			return;
+		}
 		scipy_cblas_sgemm(CblasRowMajor, tr(c.a.trans), tr(c.b.trans), m, n, k, 1.0f, a, lda, Bm, ldb,
 		                  beta1 ? 1.0f : 0.0f, cc, ldc);
 	} else if constexpr (std::is_same_v<T, double>) {
