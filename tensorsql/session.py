@@ -604,28 +604,26 @@ def _unregister(session_ref: weakref.ref, view: str) -> None:
         pass
 
 
-def _deallocate(session_ref: weakref.ref, name: str) -> None:
+def _quietly(session_ref: weakref.ref, statement: str) -> None:
+    """Runs a clean-up statement from a finalizer, if the session is still open; failures are ignored."""
     s = session_ref()
     if s is None:
         return
     try:
         with s._lock:
-            s.con.execute("DEALLOCATE " + ident(name).sql(dialect="duckdb"))
+            s.con.execute(statement)
     except duckdb.Error:
         pass
+
+
+def _deallocate(session_ref: weakref.ref, name: str) -> None:
+    _quietly(session_ref, "DEALLOCATE " + ident(name).sql(dialect="duckdb"))
 
 
 def _drop_temp(session_ref: weakref.ref, name: str) -> None:
-    s = session_ref()
-    if s is None:
-        return
-    try:
-        with s._lock:
-            s.con.execute(
-                sqlgen.sql_text(exp.Drop(this=exp.Table(this=ident(name)), kind="TABLE", exists=True))
-            )
-    except duckdb.Error:
-        pass
+    _quietly(
+        session_ref, sqlgen.sql_text(exp.Drop(this=exp.Table(this=ident(name)), kind="TABLE", exists=True))
+    )
 
 
 __all__ = ["Plan", "Session", "as_array"]

@@ -1041,70 +1041,66 @@ void delete_budget(void *p) {
 
 } // namespace
 
-bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
-	using T = Ty;
-	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
+namespace {
+
+// A scalar function sharing the database's thread budget. Side-effecting ones (writing a result sink) are
+// volatile, so DuckDB never folds or merges their calls.
+bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
+                         duckdb_scalar_function_t fn, const BudgetPtr &budget, bool side_effects) {
 	duckdb_scalar_function f = duckdb_create_scalar_function();
-	duckdb_scalar_function_set_name(f, "tensor_einsum");
-	for (Ty t : {V, V, V, V, B, L, B, L}) {
+	duckdb_scalar_function_set_name(f, name);
+	for (Ty t : params) {
 		TypeHandle h(t);
 		duckdb_scalar_function_add_parameter(f, h.get());
 	}
-	{
-		TypeHandle r(B);
-		duckdb_scalar_function_set_return_type(f, r.get());
+	TypeHandle r(ret);
+	duckdb_scalar_function_set_return_type(f, r.get());
+	duckdb_scalar_function_set_function(f, fn);
+	if (side_effects) {
+		duckdb_scalar_function_set_volatile(f);
 	}
-	duckdb_scalar_function_set_function(f, tensor_einsum);
 	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_budget);
-	bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
+	const bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
 	duckdb_destroy_scalar_function(&f);
-	if (!ok) {
-		return false;
-	}
-	duckdb_aggregate_function a = make_aggregate(AggDef {EinsumAggState::kName,
-	                                                     {V, V, V, V, B, L, B, L},
-	                                                     state_init<EinsumAggState>,
-	                                                     einsum_agg_update,
-	                                                     einsum_agg_combine,
-	                                                     einsum_agg_finalize,
-	                                                     state_destroy<EinsumAggState>});
+	return ok;
+}
+
+bool add_budgeted_aggregate(duckdb_connection con, const AggDef &def, const BudgetPtr &budget) {
+	duckdb_aggregate_function a = make_aggregate(def);
 	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
-	ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
-	duckdb_destroy_aggregate_function(&a);
-	if (!ok) {
-		return false;
-	}
-	// the result-sink variants: (key BIGINT, start BIGINT[], <the same arguments>) -> BIGINT
-	const T I = T::BigInt;
-	f = duckdb_create_scalar_function();
-	duckdb_scalar_function_set_name(f, "tensor_einsum_into");
-	for (Ty t : {I, L, V, V, V, V, B, L, B, L}) {
-		TypeHandle h(t);
-		duckdb_scalar_function_add_parameter(f, h.get());
-	}
-	{
-		TypeHandle r(I);
-		duckdb_scalar_function_set_return_type(f, r.get());
-	}
-	duckdb_scalar_function_set_function(f, tensor_einsum_into);
-	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_budget);
-	ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
-	duckdb_destroy_scalar_function(&f);
-	if (!ok) {
-		return false;
-	}
-	a = make_aggregate(AggDef {kAggInto,
-	                           {I, L, V, V, V, V, B, L, B, L},
-	                           state_init<EinsumAggState>,
-	                           einsum_agg_into_update,
-	                           einsum_agg_combine,
-	                           einsum_agg_into_finalize,
-	                           state_destroy<EinsumAggState>,
-	                           I});
-	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
-	ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
+	const bool ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
 	duckdb_destroy_aggregate_function(&a);
 	return ok;
+}
+
+} // namespace
+
+bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
+	using T = Ty;
+	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt, I = T::BigInt;
+	// the result-sink variants take (key BIGINT, start BIGINT[], <the same arguments>) and return BIGINT
+	return add_budgeted_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum, budget, false) &&
+	       add_budgeted_scalar(con, "tensor_einsum_into", {I, L, V, V, V, V, B, L, B, L}, I, tensor_einsum_into,
+	                           budget, true) &&
+	       add_budgeted_aggregate(con,
+	                              AggDef {EinsumAggState::kName,
+	                                      {V, V, V, V, B, L, B, L},
+	                                      state_init<EinsumAggState>,
+	                                      einsum_agg_update,
+	                                      einsum_agg_combine,
+	                                      einsum_agg_finalize,
+	                                      state_destroy<EinsumAggState>},
+	                              budget) &&
+	       add_budgeted_aggregate(con,
+	                              AggDef {kAggInto,
+	                                      {I, L, V, V, V, V, B, L, B, L},
+	                                      state_init<EinsumAggState>,
+	                                      einsum_agg_into_update,
+	                                      einsum_agg_combine,
+	                                      einsum_agg_into_finalize,
+	                                      state_destroy<EinsumAggState>,
+	                                      I},
+	                              budget);
 }
 
 void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {

@@ -51,7 +51,7 @@ TypeHandle::~TypeHandle() {
 namespace {
 
 duckdb_scalar_function make_scalar(const char *name, std::initializer_list<Ty> params, Ty ret,
-                                   duckdb_scalar_function_t fn) {
+                                   duckdb_scalar_function_t fn, bool side_effects = false) {
 	duckdb_scalar_function f = duckdb_create_scalar_function();
 	duckdb_scalar_function_set_name(f, name);
 	for (Ty t : params) {
@@ -61,12 +61,15 @@ duckdb_scalar_function make_scalar(const char *name, std::initializer_list<Ty> p
 	TypeHandle r(ret);
 	duckdb_scalar_function_set_return_type(f, r.get());
 	duckdb_scalar_function_set_function(f, fn);
+	if (side_effects) { // never folded or merged by DuckDB
+		duckdb_scalar_function_set_volatile(f);
+	}
 	return f;
 }
 
 bool add_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
-                duckdb_scalar_function_t fn) {
-	duckdb_scalar_function f = make_scalar(name, params, ret, fn);
+                duckdb_scalar_function_t fn, bool side_effects = false) {
+	duckdb_scalar_function f = make_scalar(name, params, ret, fn, side_effects);
 	bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
 	duckdb_destroy_scalar_function(&f);
 	return ok;
@@ -106,7 +109,7 @@ bool register_all(duckdb_connection con) {
 	ok = ok && add_scalar(con, "tensor_from_list", {T::ListDouble, V}, B, tensor_from_list);
 	ok = ok && add_scalar(con, "tensor_get", {B, V, L, L}, T::Double, tensor_get);
 	ok = ok && add_scalar(con, "tensorsql_kernels_version", {}, V, tensorsql_kernels_version);
-	ok = ok && add_scalar(con, "tensor_sink_write", {T::BigInt, L, V, B, L}, T::BigInt, tensor_sink_write);
+	ok = ok && add_scalar(con, "tensor_sink_write", {T::BigInt, L, V, B, L}, T::BigInt, tensor_sink_write, true);
 	if (!ok) {
 		return false;
 	}
