@@ -311,10 +311,14 @@ class Session:
         name = state.get("name")
         if name is None:
             state["runs"] = runs = int(state.get("runs", 0)) + 1  # type: ignore[call-overload]
-            if runs < 2:
+            if runs < 2 or state.get("unpreparable"):
                 return self.con.execute(plan.sink_sql(), [key]).fetchall()[0]
             name = self._name("_ts_stmt")
-            self.con.execute("PREPARE " + ident(name).sql(dialect="duckdb") + " AS " + plan.sink_sql())
+            try:
+                self.con.execute("PREPARE " + ident(name).sql(dialect="duckdb") + " AS " + plan.sink_sql())
+            except duckdb.Error:
+                state["unpreparable"] = True
+                return self.con.execute(plan.sink_sql(), [key]).fetchall()[0]
             state["name"] = name
             weakref.finalize(plan, _deallocate, weakref.ref(self), name)
         call = exp.Anonymous(this=ident(str(name)), expressions=[exp.Literal.number(key)])
