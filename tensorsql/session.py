@@ -293,11 +293,17 @@ class Session:
                 self.result_sink = udf_sink.available(self._kernels, self.con)
                 if not self.result_sink:
                     return None
-            with udf_sink.Sink(self._kernels, out) as key:
-                try:
-                    _blocks, elements = self._run_sink(plan, key)
-                except duckdb.Error as exc:
-                    raise _wrap_duckdb(exc, "einsum") from exc
+            try:
+                sink = udf_sink.Sink(self._kernels, out)
+                key = sink.open()
+            except ValueError:  # the kernels refused the array: go through Arrow
+                return None
+            try:
+                _blocks, elements = self._run_sink(plan, key)
+            except duckdb.Error as exc:
+                raise _wrap_duckdb(exc, "einsum") from exc
+            finally:
+                sink.close()
         if elements != out.size:  # absent blocks (or a malformed stored relation): not every element written
             return None
         return out

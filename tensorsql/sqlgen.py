@@ -215,30 +215,17 @@ class _Builder:
         an input lacks blocks: then the padding rows carry NULL keys and blocks, which every consumer
         skips).
         """
-        x, y = left.schema, right.schema
-        single = [(src, rel) for src, rel in ((sx, left), (sy, right)) if _single_block(rel.schema)]
+        single = [(src, rel, math.prod(rel.schema.blocks.values())) for src, rel in ((sx, left), (sy, right))]
+        single = [item for item in single if _single_block(item[1].schema)]
         if single:
-            small, small_rel = min(single, key=lambda item: math.prod(item[1].schema.blocks.values()))
+            small, _, small_elems = min(single, key=lambda item: item[2])
             big, big_rel = (sy, right) if small is sx else (sx, left)
             # the positional join materializes its repeated side (~1.5 GB/s here), the hash join's output
             # buffer copies both sides (~4 GB/s): by position only when the single block is the small one
-            small_elems = math.prod(small_rel.schema.blocks.values())
             if not big.where and 2 * small_elems <= math.prod(big_rel.schema.blocks.values()):
-                if isinstance(big_rel, T.Scan) or (
-                    isinstance(big_rel, T.Relabel) and isinstance(big_rel.child, T.Scan)
-                ):
-                    rows: exp.Expression = exp.Subquery(
-                        this=exp.select(exp.Count(this=exp.Star())).from_(
-                            exp.Table(this=big.table.this.copy())
-                        )
-                    )
-                else:
-                    schema = big_rel.schema
-                    rows = lit(math.prod(schema.nblocks(k) for k in schema.keys))
-                    self.padded = True
-                return _positional(small, big, rows)
+                return _positional(small, big, self.rows(big, big_rel))
         q = exp.select().from_(sx.table)
-        shared = [k for k in x.keys if k in y.keys]
+        shared = [k for k in left.schema.keys if k in right.schema.keys]
         if shared:
             on = exp.and_(*[exp.EQ(this=sx.cols[k].copy(), expression=sy.cols[k].copy()) for k in shared])
             q = q.join(sy.table, on=on, copy=False)
@@ -247,6 +234,15 @@ class _Builder:
         for cond in sx.where + sy.where:
             q = q.where(cond, copy=False)
         return q
+
+    def rows(self, src: Src, rel: T.Rel) -> exp.Expression:
+        """How many rows a join side has: counted for a stored table; for a computed one, its block grid
+        (more when an input lacks blocks: the positional join then pads, see ``to_ast``)."""
+        if isinstance(rel, T.Scan) or (isinstance(rel, T.Relabel) and isinstance(rel.child, T.Scan)):
+            count = exp.select(exp.Count(this=exp.Star())).from_(exp.Table(this=src.table.this.copy()))
+            return exp.Subquery(this=count)
+        self.padded = True
+        return lit(math.prod(rel.schema.nblocks(k) for k in rel.schema.keys))
 
     def aggregate(self, rel: T.Aggregate, rename: dict[str, str] | None = None) -> exp.Select:
         child = rel.child
@@ -260,13 +256,7 @@ class _Builder:
             row = Row(q, sc.cols, col("c", "tensor"))
         order = list(rename) if rename else list(rel.schema.keys)
         keys = {(rename or {}).get(k, k): row.keys[k] for k in order}
-        fused = (
-            isinstance(child, T.Join)
-            and isinstance(row.tensor, exp.Anonymous)
-            and row.tensor.name == "tensor_einsum"
-            and child.agg == rel.agg
-        )
-        if fused:
+        if _fused(rel, row):
             # tensor_<agg>(tensor_einsum(...)) as one native aggregate: the block products accumulate into
             # the group's output block (GEMM with beta=1 for multiply/sum), no product blob per joined pair
             tensor = call("tensor_einsum_agg", *[a.copy() for a in row.tensor.expressions])
@@ -335,6 +325,16 @@ class _Builder:
         return self.finish(Row(q, keys, tensor), group=True)
 
 
+def _fused(rel: T.Aggregate, row: Row) -> bool:
+    """Whether an aggregate over a join's row runs as one native aggregate (``tensor_einsum_agg``)."""
+    return (
+        isinstance(rel.child, T.Join)
+        and isinstance(row.tensor, exp.Anonymous)
+        and row.tensor.name == "tensor_einsum"
+        and rel.child.agg == rel.agg
+    )
+
+
 def _filtered(src: Src, *cols: exp.Expression) -> exp.Select:
     """SELECT <cols> FROM the source, with its filters (repeated labels) applied."""
     q = exp.select(*cols).from_(src.table.copy())
@@ -384,22 +384,15 @@ def _sink_rows(b: _Builder, root: T.Rel) -> exp.Select:
     ``tensor_sink_write``.
     """
     written = ident("written")
-    if isinstance(root, T.Positional) and isinstance(root.child, T.Aggregate):
-        agg = root.child
-        join = agg.child
-        if isinstance(join, T.Join) and join.agg == agg.agg:
-            row = b.row(join)
-            if isinstance(row.tensor, exp.Anonymous) and row.tensor.name == "tensor_einsum":
-                args = [_sink_key(), _starts(agg.schema, row.keys)]
-                args += [a.copy() for a in row.tensor.expressions]
-                js = join.schema
-                summed = [lab for lab in js.keys if lab not in agg.schema.keys]
-                if all(js.blocks[lab] >= js.sizes[lab] for lab in summed):
-                    into = call("tensor_einsum_into", *args)
-                    return row.source.select(exp.alias_(into, written), copy=False)
-                into = call("tensor_einsum_agg_into", *args)
-                q = row.source.select(exp.alias_(into, written), copy=False)
-                return q.group_by(*[row.keys[k].copy() for k in agg.schema.keys], copy=False)
+    agg = root.child if isinstance(root, T.Positional) else None
+    row = b.row(agg.child) if isinstance(agg, T.Aggregate) and isinstance(agg.child, T.Join) else None
+    if row is not None and _fused(agg, row):
+        args = [_sink_key(), _starts(agg.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
+        js = agg.child.schema
+        if all(js.blocks[lab] >= js.sizes[lab] for lab in js.keys if lab not in agg.schema.keys):
+            return row.source.select(exp.alias_(call("tensor_einsum_into", *args), written), copy=False)
+        q = row.source.select(exp.alias_(call("tensor_einsum_agg_into", *args), written), copy=False)
+        return q.group_by(*[row.keys[k].copy() for k in agg.schema.keys], copy=False)
     s = root.schema
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)

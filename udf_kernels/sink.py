@@ -61,6 +61,13 @@ class Sink:
         self.key = 0
 
     def __enter__(self) -> int:
+        return self.open()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def open(self) -> int:
+        """Registers the array; returns its key (ValueError when the kernels refuse it)."""
         a = self._array
         shape = (ctypes.c_int64 * max(a.ndim, 1))(*a.shape)
         key = self._lib.tensorsql_sink_open(a.ctypes.data, a.dtype.name.encode(), a.ndim, shape)
@@ -69,7 +76,8 @@ class Sink:
         self.key = int(key)
         return self.key
 
-    def __exit__(self, *exc: Any) -> None:
+    def close(self) -> None:
+        """Unregisters the array (a no-op when it is not registered)."""
         if self.key:
             self._lib.tensorsql_sink_close(self.key)
             self.key = 0

@@ -371,46 +371,81 @@ struct SinkArgs {
 
 } // namespace
 
+namespace {
+
+// One row's block product (the GEMM mapping for multiply/sum, the generic loop otherwise) with the caches and
+// scratch of one call: tensor_einsum returns it as a blob, tensor_einsum_into writes it into a result sink.
+class RowProduct {
+public:
+	explicit RowProduct(ThreadBudget *budget) : budget_(budget) {
+	}
+	// Plans row r's product (args holds its shapes); returns the output block's shape.
+	const Shape &plan(const EinsumArgs &args, const EinsumArgs::Row &r, const char *fn) {
+		gemm_ = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
+		if (gemm_) {
+			c_ = &contractions_.get(*r.spec, args.xs, args.ys, r.dt, fn);
+			numel_ = c_->out_numel;
+			return c_->out_shape;
+		}
+		plan_ = &plans_.get(*r.spec, args.xs, args.ys, r.dt, fn);
+		numel_ = plan_->out_numel;
+		return plan_->out_shape;
+	}
+	uint64_t numel() const {
+		return numel_;
+	}
+	// z = the planned product of row r (numel() elements, C order).
+	template <class T>
+	void run(const EinsumArgs::Row &r, T *z, const char *fn) {
+		const T *x = aligned_view<T>(r.xb, xa_);
+		const T *y = aligned_view<T>(r.yb, ya_);
+		if (gemm_) {
+			contract<T>(*c_, x, y, z, false, budget_, scratch_);
+		} else {
+			run_join<T>(r.join, r.agg, *plan_, x, y, z, fn);
+		}
+	}
+	// Scratch for an output that has no place of its own.
+	template <class T>
+	T *scratch() {
+		return reinterpret_cast<T *>(zb_.resize(numel_ * sizeof(T)));
+	}
+	const unsigned char *scratch_data() const {
+		return zb_.data();
+	}
+
+private:
+	ThreadBudget *budget_;
+	ContractionCache contractions_;
+	PlanCache plans_;
+	GemmScratch scratch_;
+	AlignedBuf xa_, ya_, zb_;
+	bool gemm_ = false;
+	const Contraction *c_ = nullptr;
+	const Plan *plan_ = nullptr;
+	uint64_t numel_ = 0;
+};
+
+} // namespace
+
 void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum";
 	guard_scalar(info, FN, [&] {
-		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
 		const idx_t count = duckdb_data_chunk_get_size(input);
 		EinsumArgs args(input);
-		ContractionCache contractions;
-		PlanCache plans;
-		GemmScratch scratch;
-		AlignedBuf xa, ya, zb;
+		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)));
 		for (idx_t row = 0; row < count; row++) {
 			if (!args.valid(row)) {
 				set_null(output, row);
 				continue;
 			}
 			const EinsumArgs::Row r = args.read(row, FN);
-			const bool gemm = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
-			size_t out_bytes = 0;
-			if (gemm) {
-				const Contraction &c = contractions.get(*r.spec, args.xs, args.ys, r.dt, FN);
-				out_bytes = c.out_numel * itemsize(r.dt);
-				dispatch(r.dt, [&](auto tag) {
-					using T = typename decltype(tag)::type;
-					const T *x = aligned_view<T>(r.xb, xa);
-					const T *y = aligned_view<T>(r.yb, ya);
-					T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
-					contract<T>(c, x, y, z, false, budget, scratch);
-				});
-			} else {
-				const Plan &plan = plans.get(*r.spec, args.xs, args.ys, r.dt, FN);
-				out_bytes = plan.out_numel * itemsize(r.dt);
-				dispatch(r.dt, [&](auto tag) {
-					using T = typename decltype(tag)::type;
-					const T *x = aligned_view<T>(r.xb, xa);
-					const T *y = aligned_view<T>(r.yb, ya);
-					T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
-					run_join<T>(r.join, r.agg, plan, x, y, z, FN);
-				});
-			}
-			set_blob(output, row, zb.data(), out_bytes);
+			product.plan(args, r, FN);
+			dispatch(r.dt, [&](auto tag) {
+				using T = typename decltype(tag)::type;
+				product.run<T>(r, product.scratch<T>(), FN);
+			});
+			set_blob(output, row, product.scratch_data(), product.numel() * itemsize(r.dt));
 		}
 	});
 }
@@ -422,14 +457,10 @@ void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum_into";
 	guard_scalar(info, FN, [&] {
-		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
 		const idx_t count = duckdb_data_chunk_get_size(input);
 		SinkArgs sargs(input);
 		EinsumArgs args(input, 2);
-		ContractionCache contractions;
-		PlanCache plans;
-		GemmScratch scratch;
-		AlignedBuf xa, ya, zb;
+		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)));
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
 		for (idx_t row = 0; row < count; row++) {
 			if (!sargs.valid(row) || !args.valid(row)) {
@@ -438,29 +469,18 @@ void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duck
 			}
 			const Sink &sink = sargs.read(row, FN);
 			const EinsumArgs::Row r = args.read(row, FN);
-			const bool gemm = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
-			const Contraction *c = gemm ? &contractions.get(*r.spec, args.xs, args.ys, r.dt, FN) : nullptr;
-			const Plan *plan = gemm ? nullptr : &plans.get(*r.spec, args.xs, args.ys, r.dt, FN);
-			const Shape &zs = gemm ? c->out_shape : plan->out_shape;
-			const uint64_t numel = gemm ? c->out_numel : plan->out_numel;
+			const Shape &zs = product.plan(args, r, FN);
 			const int64_t off = sink_block_offset(sink, r.dt, sargs.start, zs, FN);
 			const bool direct = sink_block_contiguous(sink, zs);
 			dispatch(r.dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
-				const T *x = aligned_view<T>(r.xb, xa);
-				const T *y = aligned_view<T>(r.yb, ya);
-				T *z = direct ? reinterpret_cast<T *>(sink.base) + off
-				              : reinterpret_cast<T *>(zb.resize(numel * sizeof(T)));
-				if (gemm) {
-					contract<T>(*c, x, y, z, false, budget, scratch);
-				} else {
-					run_join<T>(r.join, r.agg, *plan, x, y, z, FN);
-				}
+				T *z = direct ? reinterpret_cast<T *>(sink.base) + off : product.scratch<T>();
+				product.run<T>(r, z, FN);
 				if (!direct) {
 					sink_write<T>(sink, off, zs, {}, std::as_const(z));
 				}
 			});
-			out[row] = static_cast<int64_t>(numel);
+			out[row] = static_cast<int64_t>(product.numel());
 		}
 	});
 }
@@ -642,35 +662,33 @@ class PackCache {
 public:
 	static constexpr size_t kCapBytes = size_t(32) << 20;
 
-	// The packed A (role_a) or B operand of contraction c, whose elements start at `data` (blob `key`).
-	const float *get(const char *key, const Contraction &c, bool role_a, const float *data, bool is_x) {
-		Entry *e = nullptr;
-		if (is_x) {
-			e = &x_;
-		} else {
+	// The packed A (role_a) or B operand of contraction c, read from `blob` (the X operand's when is_x); an
+	// unaligned blob is first copied into tmp, and only when it is not packed yet.
+	const float *get(const Bytes &blob, const Contraction &c, bool role_a, bool is_x, AlignedBuf &tmp) {
+		const size_t floats = role_a ? pgemm::packed_a_floats(c.m, c.k) : pgemm::packed_b_floats(c.k, c.n);
+		auto same = [&](const Entry &e) { return e.key == blob.data && e.c == &c && e.role_a == role_a; };
+		Entry *e = &x_;
+		if (!is_x) {
 			for (auto &y : ys_) {
-				if (y->key == key && y->c == &c && y->role_a == role_a) {
+				if (same(*y)) {
 					return std::as_const(y->buf).template as<float>();
 				}
 			}
-			const size_t bytes = (role_a ? pgemm::packed_a_floats(c.m, c.k) : pgemm::packed_b_floats(c.k, c.n)) *
-			                     sizeof(float);
-			if (y_bytes_ + bytes <= kCapBytes) {
+			e = &spill_;
+			if (y_bytes_ + floats * sizeof(float) <= kCapBytes) {
 				ys_.push_back(std::make_unique<Entry>());
 				e = ys_.back().get();
-				y_bytes_ += bytes;
-			} else {
-				e = &spill_;
+				y_bytes_ += floats * sizeof(float);
 			}
 		}
-		if (e->key == key && e->c == &c && e->role_a == role_a) {
+		if (same(*e)) {
 			return std::as_const(e->buf).template as<float>();
 		}
-		e->key = key;
+		e->key = blob.data;
 		e->c = &c;
 		e->role_a = role_a;
-		const size_t n = role_a ? pgemm::packed_a_floats(c.m, c.k) : pgemm::packed_b_floats(c.k, c.n);
-		float *out = reinterpret_cast<float *>(e->buf.resize(n * sizeof(float)));
+		float *out = reinterpret_cast<float *>(e->buf.resize(floats * sizeof(float)));
+		const float *data = aligned_view<float>(blob, tmp);
 		if (role_a) {
 			pgemm::pack_a(data, c.a.sr, c.a.sc, c.m, c.k, out);
 		} else {
@@ -711,11 +729,9 @@ void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, 
                   PackCache *packs = nullptr) {
 	if (packs != nullptr && packed_gemm(w, *w.st, budget)) {
 		const Contraction &c = *w.c;
-		const float *x = aligned_view<float>(w.xb, xa);
-		const float *y = aligned_view<float>(w.yb, ya);
 		// A = X and B = Y, or A = Y^T and B = X^T (swap); the cache is keyed by blob so X's copy is reused
-		const float *pa = c.swap ? packs->get(w.yb.data, c, true, y, false) : packs->get(w.xb.data, c, true, x, true);
-		const float *pb = c.swap ? packs->get(w.xb.data, c, false, x, true) : packs->get(w.yb.data, c, false, y, false);
+		const float *pa = c.swap ? packs->get(w.yb, c, true, false, ya) : packs->get(w.xb, c, true, true, xa);
+		const float *pb = c.swap ? packs->get(w.xb, c, false, true, xa) : packs->get(w.yb, c, false, false, ya);
 		EinsumAggState &st = *w.st;
 		pgemm::gemm_packed(c.m, c.n, c.k, pa, pb, st_data<float>(&st), c.cr, !st.fresh);
 		st.fresh = false;

@@ -118,18 +118,7 @@ int64_t tensorsql_sink_open(void *base, const char *dtype, int64_t ndim, const i
 		if (base == nullptr || dtype == nullptr || ndim < 0 || ndim > 64 || (ndim > 0 && shape == nullptr)) {
 			return -1;
 		}
-		const Bytes name {dtype, std::strlen(dtype)};
-		DType dt = DType::F64;
-		bool known = false;
-		for (DType d : {DType::F32, DType::F64, DType::I32, DType::I64, DType::C64, DType::C128}) {
-			if (same_bytes(name, dtype_name(d))) {
-				dt = d;
-				known = true;
-			}
-		}
-		if (!known) {
-			return -1;
-		}
+		const DType dt = parse_dtype(Bytes {dtype, std::strlen(dtype)}, "tensorsql_sink_open"); // throws: -1
 		Sink s;
 		s.base = static_cast<unsigned char *>(base);
 		s.dtype = dt;
