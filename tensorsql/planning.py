@@ -26,6 +26,10 @@ SMALL_ELEMENTS = 1 << 16
 #: seconds per byte a join hands through DuckDB on the project's machine (64 joined pairs of 4 MiB blocks,
 #: 512 MiB, in ~0.15 s); a repartition (per_byte) costs ~20x more per byte: it slices and re-assembles in SQL
 JOIN_BYTE = 3e-10
+#: a kernel call of this many flops per worker or more runs as one threaded GEMM as fast as split calls do
+#: (4096^2 float32 matmul, 2 workers: one 4096^2 block 1.02x numpy's time, two row panels 1.12x). Below it
+#: blocks stay split: one call's GEMM is threaded but its permutes and copies are not.
+SPLIT_FLOPS = 16e9
 
 
 def cost_model_path() -> pathlib.Path:
@@ -49,9 +53,9 @@ def load_cost_model(workers: int) -> P.CostModel:
         except (OSError, ValueError, P.PlanningError):
             cm = P.CostModel()
     if cm.join_byte is None:  # the engine's terms, unless the file sets them (it then gives join_byte)
-        # split_flops stays 0: with it the planner chose single huge blocks, which DuckDB's join hands
-        # through slowly (RESULTS.md)
-        cm = dataclasses.replace(cm, join_byte=JOIN_BYTE, serial_join=True, assemble_byte=JOIN_BYTE)
+        cm = dataclasses.replace(
+            cm, join_byte=JOIN_BYTE, serial_join=True, assemble_byte=JOIN_BYTE, split_flops=SPLIT_FLOPS
+        )
     return dataclasses.replace(cm, workers=max(1, workers))
 
 

@@ -58,24 +58,23 @@ class TensorRelation:
         return self.plan().partitioning.block_shapes[id(self.node)]
 
     def numpy(self) -> np.ndarray:
-        """The value as a new C-contiguous array, its blocks written into it by the kernels
-        (``Session.run_into``).
+        """The value as a new array, its blocks written into it by the kernels (``Session.run_into``).
 
-        Without result sinks (``TENSORSQL_RESULT_SINK=0``, or a result with absent blocks) the blocks come
-        through Arrow; then a big contraction whose output interleaves its operands' labels comes back as a
-        transposed view of the GEMM-ordered result (``Session.gemm_order``), like numpy's own contractions.
+        A big contraction whose output interleaves its operands' labels comes back as a transposed view of
+        its GEMM-ordered result (``Session.gemm_order``), like numpy's own contractions; every other result
+        is C-contiguous. Without result sinks (``TENSORSQL_RESULT_SINK=0``, or a result with absent blocks)
+        the blocks come through Arrow and are assembled.
         """
-        arr = self.session.run_into(self.plan())
-        if arr is not None:
-            return arr
         if self._gemm_order is False:
             big = self.dtype.itemsize * math.prod(self.shape) >= GEMM_ORDER_BYTES
             self._gemm_order = self.session.gemm_order(self.plan()) if big else None
         plan, perm = self._gemm_order or (self.plan(), None)
-        root = plan.root
-        arr = B.assemble(
-            self.session.run(plan), root.shape, plan.partitioning.block_shapes[id(root)], root.dtype
-        )
+        arr = self.session.run_into(plan)
+        if arr is None:
+            root = plan.root
+            arr = B.assemble(
+                self.session.run(plan), root.shape, plan.partitioning.block_shapes[id(root)], root.dtype
+            )
         return arr if perm is None else arr.transpose(perm)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:

@@ -206,9 +206,13 @@ class Session:
 
         For a multiply/sum einsum whose output labels interleave the operands' (``bdgf,aceg->abcdef``),
         the kernel otherwise forms each product in [batch, M, N] order and scatters it into place: one
-        more pass over a result that is often bigger than both inputs. In [batch, M, N] order the GEMM
-        writes the block in place, and the caller returns a transposed view, as numpy and opt_einsum do.
-        The blocking is the plan's, per label, so the inputs are read exactly as before.
+        more pass over a result that is often bigger than both inputs. In [batch, M, N] order (or
+        [batch, N, M], the GEMM with its operands swapped) the GEMM writes the block in place, and the
+        caller returns a transposed view, as numpy and opt_einsum do. The orientation whose blocks are row
+        slabs is preferred; when neither orientation's blocks are row slabs but the requested order's are,
+        the requested order stays (a block that is not a row slab is copied into place once more, in a
+        result sink as in an Arrow assembly: measured slower than the scatter). The blocking is the plan's,
+        per label, so the inputs are read exactly as before.
         """
         node = plan.root
         if not (isinstance(node, E.EinSum) and len(node.inputs) == 2):
@@ -221,8 +225,7 @@ class Session:
         batch = [lab for lab in dict.fromkeys(xl) if lab in ys and lab in zs]
         m = [lab for lab in dict.fromkeys(xl) if lab in zs and lab not in ys]
         n = [lab for lab in dict.fromkeys(yl) if lab in zs and lab not in xs]
-        natural = tuple(batch + m + n)
-        if natural == tuple(zl) or sorted(natural) != sorted(zl):
+        if sorted(batch + m + n) != sorted(zl):
             return None
         size = dict(zip(zl, node.shape, strict=True))
         lb = plan.partitioning.label_blocks[id(node)]
@@ -230,7 +233,11 @@ class Session:
         def slabs(order: tuple[int, ...]) -> bool:  # blocks are row slabs: only the first axis is split
             return all(lb[lab] >= size[lab] for lab in order[1:])
 
-        if slabs(tuple(zl)) and not slabs(natural):  # the result would need an assembly copy instead
+        orders = [tuple(batch + m + n), tuple(batch + n + m)]
+        if tuple(zl) in orders:
+            return None
+        natural = next((o for o in orders if slabs(o)), orders[0])
+        if slabs(tuple(zl)) and not slabs(natural):
             return None
         node2 = E.EinSum(
             shape=tuple(size[lab] for lab in natural),

@@ -85,10 +85,12 @@ class Src:
     relabelling costs no CTE of its own.
     """
 
-    table: exp.Table
+    table: exp.Table | exp.Subquery
     cols: dict[str, exp.Expression]
     where: list[exp.Expression]
     alias: str
+    #: the block-shape argument of a kernel call on this side, when the side computes it (see ``_pin``)
+    shape: exp.Expression | None = None
 
 
 @dataclass
@@ -164,7 +166,7 @@ class _Builder:
                 lit(rel.agg),
                 lit(s.dtype),
                 col("x", "tensor"),
-                block_shape(x, sx.cols),
+                sx.shape.copy() if sx.shape is not None else block_shape(x, sx.cols),
                 col("y", "tensor"),
                 block_shape(y, sy.cols),
             )
@@ -224,6 +226,9 @@ class _Builder:
             # buffer copies both sides (~4 GB/s): by position only when the single block is the small one
             if not big.where and 2 * small_elems <= math.prod(big_rel.schema.blocks.values()):
                 return _positional(small, big, self.rows(big, big_rel))
+        grid = {k: rel.schema.nblocks(k) for rel in (right, left) for k in rel.schema.keys}
+        if math.prod(grid.values()) < PIN_PAIRS:
+            _pin(sx, left.schema)
         q = exp.select().from_(sx.table)
         shared = [k for k in left.schema.keys if k in right.schema.keys]
         if shared:
@@ -345,6 +350,27 @@ def _filtered(src: Src, *cols: exp.Expression) -> exp.Select:
 
 def _single_block(schema: T.Schema) -> bool:
     return all(schema.blocks[k] >= schema.sizes[k] for k in schema.keys)
+
+
+#: joins of fewer block pairs than this compute their left side's block shapes on that side (``_pin``)
+PIN_PAIRS = 4096
+
+
+def _pin(src: Src, schema: T.Schema) -> None:
+    """Read the side through ``SELECT *, tensor_pin(<block shape>) AS __ts_shape``, whose LIST column
+    the join then carries to the kernel call (``src.shape``).
+
+    DuckDB's join operators buffer outputs of fewer than 64 rows and so copy every blob of every joined pair
+    (a tensor join yields few, large rows), unless the output holds a LIST column. A deterministic list would
+    be pulled up above the join by the optimizer; ``tensor_pin`` is a volatile identity, so it stays.
+    """
+    pinned = call("tensor_pin", block_shape(schema, src.cols))
+    inner = exp.select(exp.Star(), exp.alias_(pinned, ident(PIN_COL)))
+    src.table = exp.Subquery(this=inner.from_(src.table), alias=exp.TableAlias(this=ident(src.alias)))
+    src.shape = col(src.alias, PIN_COL)
+
+
+PIN_COL = "__ts_shape"
 
 
 def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:

@@ -156,3 +156,38 @@ def test_interleaved_contraction_returns_a_view_of_the_gemm_order(arrow_s):
     small = s.einsum("bcgf,adeg->abcdef", x[:2], y[:2]).numpy()  # under 1 MiB: contiguous as computed
     assert small.flags.c_contiguous
     assert s.gemm_order(s.einsum("ij,jk->ik", x[0, 0], y[0, 0]).plan()) is None  # already [M, N]
+
+
+def test_gemm_order_prefers_the_orientation_whose_blocks_are_row_slabs(s):
+    """Through a result sink too: an interleaved output split on one of y's labels is computed with the GEMM's
+    operands swapped ([N, M] order: row slabs, written in place) and returned as a transposed view."""
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((8, 6, 16, 5, 8)).astype(np.float32)  # iaecg
+    y = rng.standard_normal((40, 64, 5, 6)).astype(np.float32)  # hfca
+    want = np.einsum("iaecg,hfca->hgfei", x, y)
+    rel = s.einsum(
+        "iaecg,hfca->hgfei", s.from_numpy(x), s.from_numpy(y, block_shape=(20, 64, 5, 6)), strategy="operands"
+    )
+    plan, perm = s.gemm_order(rel.plan())
+    labels = plan.root.out_labels
+    assert plan.partitioning.block_shapes[id(plan.root)] == (20, 64, 8, 16, 8)  # [N, M]: h, f, i, e, g
+    assert [plan.root.shape[p] for p in perm] == list(want.shape) and len(set(labels)) == 5
+    got = rel.numpy()
+    assert not got.flags.c_contiguous and got.base is not None and got.base.flags.c_contiguous
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert ts.einsum("iaecg,hfca->hgfei", x, y, order="C").flags.c_contiguous
+
+
+def test_gemm_order_keeps_row_slabs_of_the_requested_order(s):
+    """When neither GEMM orientation has row-slab blocks but the requested order has, the result stays in
+    the requested order (one scatter pass beats a GEMM-ordered result copied block by block)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 30, 3)).astype(np.float32)  # hde
+    y = rng.standard_normal((20, 16, 40, 25)).astype(np.float32)  # chab
+    rel = s.einsum(
+        "hde,chab->abcde", s.from_numpy(x), s.from_numpy(y, block_shape=(20, 16, 20, 25)), strategy="operands"
+    )
+    assert s.gemm_order(rel.plan()) is None
+    got = rel.numpy()
+    assert got.flags.c_contiguous
+    np.testing.assert_allclose(got, np.einsum("hde,chab->abcde", x, y), rtol=1e-4, atol=1e-4)

@@ -2,8 +2,13 @@ WITH "t0" AS (
   SELECT
     "x"."k0" AS "k0",
     "y"."k1" AS "k1",
-    tensor_einsum_agg('ab,bc->ac', 'sqdiff', 'sum', 'float64', "x"."tensor", [2, 3], "y"."tensor", [3, 2]) AS "tensor"
-  FROM "X" AS "x"
+    tensor_einsum_agg('ab,bc->ac', 'sqdiff', 'sum', 'float64', "x"."tensor", "x"."__ts_shape", "y"."tensor", [3, 2]) AS "tensor"
+  FROM (
+    SELECT
+      *,
+      tensor_pin([2, 3]) AS "__ts_shape"
+    FROM "X" AS "x"
+  ) AS "x"
   JOIN "Y" AS "y"
     ON "x"."k1" = "y"."k0"
   GROUP BY

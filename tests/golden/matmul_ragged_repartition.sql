@@ -48,11 +48,16 @@ WITH "t0" AS (
       'sum',
       'float64',
       "x"."tensor",
-      [least(2, 5 - 2 * "x"."k0"), least(3, 4 - 3 * "x"."k1")],
+      "x"."__ts_shape",
       "y"."tensor",
       [least(3, 4 - 3 * "y"."k0"), 3]
     ) AS "tensor"
-  FROM "t0" AS "x"
+  FROM (
+    SELECT
+      *,
+      tensor_pin([least(2, 5 - 2 * "x"."k0"), least(3, 4 - 3 * "x"."k1")]) AS "__ts_shape"
+    FROM "t0" AS "x"
+  ) AS "x"
   JOIN "B" AS "y"
     ON "x"."k1" = "y"."k0"
   GROUP BY

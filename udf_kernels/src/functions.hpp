@@ -26,6 +26,7 @@ void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_pin(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 
 // einsum.cpp: registers tensor_einsum (scalar) and tensor_einsum_agg (aggregate), sharing one thread budget.

@@ -300,6 +300,51 @@ void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vecto
 	});
 }
 
+// A volatile identity on BIGINT[]. DuckDB pulls deterministic projections up through joins; a volatile one
+// stays where it is written, so a join side that computes its block shapes with tensor_pin carries a LIST
+// column through the join. DuckDB does not buffer join outputs holding a LIST (its caching of outputs under
+// 64 rows would copy every blob of every joined pair).
+void tensor_pin(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	guard_scalar(info, "tensor_pin", [&] {
+		const idx_t count = duckdb_data_chunk_get_size(input);
+		duckdb_vector in = duckdb_data_chunk_get_vector(input, 0);
+		const Col outer(in);
+		const auto *src = static_cast<const duckdb_list_entry *>(duckdb_vector_get_data(in));
+		duckdb_vector in_child = duckdb_list_vector_get_child(in);
+		const auto *in_vals = static_cast<const int64_t *>(duckdb_vector_get_data(in_child));
+		uint64_t *in_valid = duckdb_vector_get_validity(in_child);
+		idx_t total = 0;
+		for (idx_t row = 0; row < count; row++) {
+			total += outer.valid(row) ? src[row].length : 0;
+		}
+		if (duckdb_list_vector_reserve(output, total) != DuckDBSuccess) {
+			fail("tensor_pin: could not reserve " + std::to_string(total) + " list elements");
+		}
+		duckdb_vector out_child = duckdb_list_vector_get_child(output);
+		auto *out_vals = static_cast<int64_t *>(duckdb_vector_get_data(out_child));
+		auto *entries = static_cast<duckdb_list_entry *>(duckdb_vector_get_data(output));
+		idx_t at = 0;
+		for (idx_t row = 0; row < count; row++) {
+			if (!outer.valid(row)) {
+				entries[row] = duckdb_list_entry {at, 0};
+				set_null(output, row);
+				continue;
+			}
+			const duckdb_list_entry e = src[row];
+			for (idx_t k = 0; k < e.length; k++) {
+				out_vals[at + k] = in_vals[e.offset + k];
+				if (in_valid != nullptr && !duckdb_validity_row_is_valid(in_valid, e.offset + k)) {
+					duckdb_vector_ensure_validity_writable(out_child);
+					duckdb_validity_set_row_invalid(duckdb_vector_get_validity(out_child), at + k);
+				}
+			}
+			entries[row] = duckdb_list_entry {at, e.length};
+			at += e.length;
+		}
+		duckdb_list_vector_set_size(output, at);
+	});
+}
+
 void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	guard_scalar(info, "tensorsql_kernels_version", [&] {
 		const idx_t count = duckdb_data_chunk_get_size(input);

@@ -109,6 +109,7 @@ bool register_all(duckdb_connection con) {
 	ok = ok && add_scalar(con, "tensor_from_list", {T::ListDouble, V}, B, tensor_from_list);
 	ok = ok && add_scalar(con, "tensor_get", {B, V, L, L}, T::Double, tensor_get);
 	ok = ok && add_scalar(con, "tensorsql_kernels_version", {}, V, tensorsql_kernels_version);
+	ok = ok && add_scalar(con, "tensor_pin", {L}, L, tensor_pin, true);
 	ok = ok && add_scalar(con, "tensor_sink_write", {T::BigInt, L, V, B, L}, T::BigInt, tensor_sink_write, true);
 	if (!ok) {
 		return false;
