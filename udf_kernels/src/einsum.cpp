@@ -751,7 +751,9 @@ void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, 
 			}
 			contract<T>(*w.c, x, y, st_data<T>(&st), !st.fresh, budget, scratch, true);
 		} else {
-			st.to_z();
+			if (!st.fresh) { // a fresh state has no layout, and its first product overwrites it (beta = 0)
+				st.to_z();
+			}
 			contract<T>(*w.c, x, y, st_data<T>(&st), !st.fresh, budget, scratch);
 		}
 		st.fresh = false;
