@@ -13,7 +13,7 @@ Sections (issue 3):
   planner  benchmarks/planner_speed.py (issue 4): LLaMA-7B-shaped graph planning time, chain costs at p=16
   chain    benchmarks/chain.py (issue 4): the matrix chain per strategy, modelled cost and measured time
 
-Timing: one warm-up call, then the best of ``--repeat`` (default 3) calls, tensorsql and peer alternating.
+Timing: one warm-up call, then the best of ``--repeat`` (default 5) calls, tensorsql and peer alternating.
 """
 
 from __future__ import annotations
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--only", default="a,b,c,d,e,planner,chain", help="comma-separated sections: a,b,c,d,e,planner,chain"
     )
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--markdown", action="store_true", help="also print the table as markdown")
     args = ap.parse_args(argv)
