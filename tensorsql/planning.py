@@ -26,10 +26,12 @@ SMALL_ELEMENTS = 1 << 16
 #: seconds per byte a join hands through DuckDB on the project's machine (64 joined pairs of 4 MiB blocks,
 #: 512 MiB, in ~0.15 s); a repartition (per_byte) costs ~20x more per byte: it slices and re-assembles in SQL
 JOIN_BYTE = 3e-10
-#: a kernel call of this many flops per worker or more runs as one threaded GEMM as fast as split calls do
-#: (4096^2 float32 matmul, 2 workers: one 4096^2 block 1.02x numpy's time, two row panels 1.12x). Below it
-#: blocks stay split: one call's GEMM is threaded but its permutes and copies are not.
-SPLIT_FLOPS = 16e9
+#: a kernel call of this many flops per worker or more runs as one threaded GEMM about as fast as split
+#: calls do (2 workers: a 4096^2 float32 matmul as one block 1.02x numpy's time, as two row panels 1.12x;
+#: the 1.2 GFLOP step of benchmark (d)'s TRN tree 15 ms against 17 ms), so fewer, larger blocks lose no
+#: parallelism. Its permutes and copies stay serial: the square chain's 2 GFLOP calls measured ~1.1x slower
+#: as single blocks than split (RESULTS.md).
+SPLIT_FLOPS = 1e8
 
 
 def cost_model_path() -> pathlib.Path:

@@ -117,14 +117,16 @@ def test_choose_p_prefers_fewer_blocks_when_calls_are_expensive():
     assert P.choose_p(g, 16, P.CostModel(per_call=1e-12, per_byte=1e-15, per_flop=1.0, workers=16)) == 16
 
 
-def test_very_big_calls_run_as_one_threaded_gemm(s, monkeypatch):
+def test_big_calls_run_as_one_threaded_gemm(s, monkeypatch):
     """The engine's model lets a call of SPLIT_FLOPS per worker or more split itself (the kernels' threaded
-    GEMM): a 4096^2 float32 matmul is one block per operand, a 1024^2 one keeps its row panels."""
+    GEMM): a 1024^2 float32 matmul (2 GFLOP) is one block per operand, a 256^2 one keeps its row panels."""
     monkeypatch.delenv("TENSORSQL_COST_MODEL", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent-tensorsql-test")
     assert planning.load_cost_model(2).split_flops == planning.SPLIT_FLOPS
-    big = np.zeros((4096, 4096), dtype=np.float32)
+    big = np.zeros((1024, 1024), dtype=np.float32)
     rel = s.einsum("ij,jk->ik", big, big)
-    assert [rel.plan().info.input_blocks[id(x)] for x in rel.node.inputs] == [(4096, 4096), (4096, 4096)]
-    small = s.einsum("ij,jk->ik", big[:1024, :1024], big[:1024, :1024])
-    assert [small.plan().info.input_blocks[id(x)] for x in small.node.inputs] == [(512, 1024), (1024, 1024)]
+    assert rel.plan().info.p == 1
+    assert [rel.plan().info.input_blocks[id(x)] for x in rel.node.inputs] == [(1024, 1024), (1024, 1024)]
+    small = s.einsum("ij,jk->ik", big[:256, :256], big[:256, :256])  # 34 MFLOP: split over the workers
+    assert small.plan().info.p == 2
+    assert [small.plan().info.input_blocks[id(x)] for x in small.node.inputs] == [(128, 256), (256, 256)]
