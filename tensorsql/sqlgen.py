@@ -226,8 +226,8 @@ class _Builder:
             # buffer copies both sides (~4 GB/s): by position only when the single block is the small one
             if not big.where and 2 * small_elems <= math.prod(big_rel.schema.blocks.values()):
                 return _positional(small, big, self.rows(big, big_rel))
-        grid = {k: rel.schema.nblocks(k) for rel in (right, left) for k in rel.schema.keys}
-        if math.prod(grid.values()) < PIN_PAIRS:
+        grid = {k: rel.schema.nblocks(k) for rel in (left, right) for k in rel.schema.keys}
+        if math.prod(grid.values()) < PIN_PAIRS:  # pairs of the join: pin one side (see ``_pin``)
             _pin(sx, left.schema)
         q = exp.select().from_(sx.table)
         shared = [k for k in left.schema.keys if k in right.schema.keys]
@@ -354,6 +354,7 @@ def _single_block(schema: T.Schema) -> bool:
 
 #: joins of fewer block pairs than this compute their left side's block shapes on that side (``_pin``)
 PIN_PAIRS = 4096
+PIN_COL = "__ts_shape"
 
 
 def _pin(src: Src, schema: T.Schema) -> None:
@@ -368,9 +369,6 @@ def _pin(src: Src, schema: T.Schema) -> None:
     inner = exp.select(exp.Star(), exp.alias_(pinned, ident(PIN_COL)))
     src.table = exp.Subquery(this=inner.from_(src.table), alias=exp.TableAlias(this=ident(src.alias)))
     src.shape = col(src.alias, PIN_COL)
-
-
-PIN_COL = "__ts_shape"
 
 
 def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:

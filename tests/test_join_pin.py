@@ -60,11 +60,20 @@ def _join_child_projects_pin(plan: dict) -> bool:
     return any(walk(n) for n in plan)
 
 
+def _matmul(s, a, b, a_blocks, b_blocks):
+    return s.einsum(
+        "ij,jk->ik",
+        s.from_numpy(a, block_shape=a_blocks),
+        s.from_numpy(b, block_shape=b_blocks),
+        strategy="operands",
+    )
+
+
 def test_a_small_join_pins_its_left_side_below_the_join(s):
     rng = np.random.default_rng(0)
     a = rng.standard_normal((64, 48)).astype(np.float32)
     b = rng.standard_normal((48, 40)).astype(np.float32)
-    rel = s.einsum("ij,jk->ik", s.from_numpy(a, block_shape=(32, 48)), s.from_numpy(b), strategy="operands")
+    rel = _matmul(s, a, b, (32, 48), b.shape)
     sql = rel.sql(pretty=False)
     assert 'tensor_pin([32, 48]) AS "__ts_shape"' in sql and '"x"."__ts_shape"' in sql
     np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-5, atol=1e-5)
@@ -76,12 +85,7 @@ def test_ragged_pinned_shapes_follow_the_keys(s):
     rng = np.random.default_rng(1)
     a = rng.standard_normal((50, 30))
     b = rng.standard_normal((30, 20))
-    rel = s.einsum(
-        "ij,jk->ik",
-        s.from_numpy(a, block_shape=(16, 7)),
-        s.from_numpy(b, block_shape=(7, 9)),
-        strategy="operands",
-    )
+    rel = _matmul(s, a, b, (16, 7), (7, 9))
     assert "tensor_pin([least(" in rel.sql(pretty=False)
     np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-10, atol=1e-10)
     np.testing.assert_allclose(rel.materialize().numpy(), a @ b, rtol=1e-10, atol=1e-10)
@@ -90,20 +94,10 @@ def test_ragged_pinned_shapes_follow_the_keys(s):
 def test_joins_of_many_pairs_are_not_pinned(s, monkeypatch):
     rng = np.random.default_rng(2)
     a = rng.standard_normal((32, 32))
-    rel = s.einsum(
-        "ij,jk->ik",
-        s.from_numpy(a, block_shape=(4, 4)),
-        s.from_numpy(a, block_shape=(4, 4)),
-        strategy="operands",
-    )  # 8 x 8 x 8 = 512 pairs
+    rel = _matmul(s, a, a, (4, 4), (4, 4))  # 8 x 8 x 8 = 512 pairs
     assert "tensor_pin" in rel.sql(pretty=False)
     monkeypatch.setattr(sqlgen, "PIN_PAIRS", 512)
-    rel = s.einsum(
-        "ij,jk->ik",
-        s.from_numpy(a, block_shape=(4, 4)),
-        s.from_numpy(a, block_shape=(4, 4)),
-        strategy="operands",
-    )
+    rel = _matmul(s, a, a, (4, 4), (4, 4))
     assert "tensor_pin" not in rel.sql(pretty=False)
     np.testing.assert_allclose(rel.numpy(), a @ a, rtol=1e-10, atol=1e-10)
 
