@@ -57,10 +57,12 @@ def _numel(shape: tuple[int, ...]) -> int:
 def lower(root: E.Node, part: Partitioning) -> T.Rel:
     memo: dict[int, T.Rel] = {}
     reblocked: dict[tuple[int, tuple[int, ...]], T.Rel] = {}
+    consumers = _consumers(root)
 
     def go(node: E.Node) -> T.Rel:
         if id(node) not in memo:
-            memo[id(node)] = _lower(node, part, go, reblock)
+            fused = _fuse(node, part, consumers, go, reblock)
+            memo[id(node)] = fused if fused is not None else _lower(node, part, go, reblock)
         return memo[id(node)]
 
     def reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
@@ -71,6 +73,82 @@ def lower(root: E.Node, part: Partitioning) -> T.Rel:
         return reblocked[key]
 
     return go(root)
+
+
+def _one_block_contraction(node: E.Node, part: Partitioning) -> bool:
+    """A multiply/sum contraction of two operands whose every label is one block."""
+    if not (isinstance(node, E.EinSum) and len(node.inputs) == 2):
+        return False
+    if node.join != "multiply" or node.agg != "sum":
+        return False
+    blocks = part.label_blocks[id(node)]
+    return all(
+        blocks[lab] >= n > 0
+        for child, labels in zip(node.inputs, node.in_labels, strict=True)
+        for lab, n in zip(labels, child.shape, strict=True)
+    )
+
+
+def _consumers(root: E.Node) -> dict[int, list[E.Node]]:
+    out: dict[int, list[E.Node]] = {}
+    for node in E.topological(root):
+        for child in E.children(node):
+            out.setdefault(id(child), []).append(node)
+    return out
+
+
+def _absorbed(node: E.Node, part: Partitioning, consumers: dict[int, list[E.Node]]) -> bool:
+    """Whether a contraction runs inside its one consumer's fused kernel call."""
+    users = consumers.get(id(node), [])
+    return len(users) == 1 and _one_block_contraction(node, part) and _one_block_contraction(users[0], part)
+
+
+def fused_steps(root: E.Node, part: Partitioning) -> int:
+    """How many contractions ``lower`` runs inside another's fused kernel call (``_fuse``): each is a query
+    step (join, group-by, result blob) the plan does not pay for."""
+    consumers = _consumers(root)
+    return sum(1 for node in E.topological(root) if _absorbed(node, part, consumers))
+
+
+#: an operand of a fused step: ("leaf", index into the children) or ("step", index into the steps)
+_Ref = tuple[str, int]
+
+
+def _fuse(
+    node: E.Node, part: Partitioning, consumers: dict[int, list[E.Node]], go, reblock
+) -> T.Fused | None:
+    """The one-block contractions under ``node`` that feed only each other, as one ``Fused`` relation; None
+    when fewer than two contractions would fuse. Any other operand (a stored input, a split tensor, a map,
+    an intermediate with other consumers) is lowered on its own and read as one block."""
+    if not isinstance(node, E.EinSum) or not _one_block_contraction(node, part):
+        return None
+    if not any(_absorbed(c, part, consumers) for c in node.inputs):
+        return None
+    leaves: list[T.Rel] = []
+    leaf_of: dict[int, int] = {}
+    steps: list[tuple[_Ref, _Ref, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = []
+
+    def operand(child: E.Node) -> _Ref:
+        if isinstance(child, E.EinSum) and _absorbed(child, part, consumers):
+            return step(child)
+        if id(child) not in leaf_of:
+            leaf_of[id(child)] = len(leaves)
+            leaves.append(reblock(go(child), child.shape))
+        return ("leaf", leaf_of[id(child)])
+
+    def step(n: E.EinSum) -> _Ref:
+        x, y = operand(n.inputs[0]), operand(n.inputs[1])
+        xl, yl, zl = (tuple(label_name(lab) for lab in t) for t in (*n.in_labels, n.out_labels))
+        steps.append((x, y, xl, yl, zl))
+        return ("step", len(steps) - 1)
+
+    step(node)
+
+    def index(ref: _Ref) -> int:
+        return ref[1] if ref[0] == "leaf" else len(leaves) + ref[1]
+
+    program = tuple((index(x), index(y), xl, yl, zl) for x, y, xl, yl, zl in steps)
+    return T.Fused(T.positional(node.shape, node.shape, node.dtype), tuple(leaves), program)
 
 
 def _clip(block: int, size: int) -> int:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import planner as P
 from tensorsql import expr as E
 from tensorsql.errors import PlanError
-from tensorsql.lower import Partitioning, default_partitioning
+from tensorsql.lower import Partitioning, default_partitioning, fused_steps
 from tensorsql.subscripts import label_name
 
 STRATEGIES = ("eindecomp", "sqrt", "data", "model", "none", "operands")
@@ -32,6 +32,10 @@ JOIN_BYTE = 3e-10
 #: parallelism. Its permutes and copies stay serial: the square chain's 2 GFLOP calls measured ~1.1x slower
 #: as single blocks than split (RESULTS.md).
 SPLIT_FLOPS = 1e8
+#: seconds a contraction costs as a query step of its own (join, group-by, result blob, pipeline) beyond its
+#: kernel work: what fusing it into its consumer's kernel call saves (``lower.fused_steps``). Steps of a few
+#: hundred microseconds of GEMM measured 0.6-0.9 ms each as steps of one query (benchmark (d)'s TRN tree).
+STEP_SECONDS = 5e-4
 
 
 def cost_model_path() -> pathlib.Path:
@@ -231,6 +235,8 @@ def plan_blocks(
         else:
             p = max(1, threads)
         plan = P.decompose(graph.g, p, strategy, cm)
+        if strategy == "eindecomp" and p > 1 and cm.join_byte is not None:
+            plan, p = _prefer_fused(root, graph, plan, p, cm)
     except Exception as exc:  # a planner failure must not cost the user their einsum
         info = PlanInfo(
             "operands", 0, notes=[f"planner failed ({type(exc).__name__}: {exc}); blocks follow the operands"]
@@ -265,6 +271,24 @@ def plan_blocks(
                 return own, info
     info.input_blocks = graph.wanted_inputs(plan)
     return chosen, info
+
+
+def _prefer_fused(root: E.Node, graph: _Graph, plan: P.Plan, p: int, cm: P.CostModel) -> tuple[P.Plan, int]:
+    """The plan at ``p`` or the one-block plan (p = 1), whichever costs less once the query steps that fuse
+    into one kernel call (``lower.fused_steps``) are credited. Only under the engine's cost terms: the paper's
+    model has no per-step cost."""
+    one = P.decompose(graph.g, 1, "eindecomp", cm)
+
+    def net(candidate: P.Plan) -> float:
+        return candidate.cost - STEP_SECONDS * fused_steps(root, graph.partitioning(candidate))
+
+    if net(one) < net(plan):
+        note = (
+            f"one block per tensor (p=1): {one.cost:.4g} s less {fused_steps(root, graph.partitioning(one))} "
+            f"fused steps beats p={p} at {plan.cost:.4g} s"
+        )
+        return dataclasses.replace(one, notes=(*one.notes, note)), 1
+    return plan, p
 
 
 def _numel(shape: tuple[int, ...]) -> int:

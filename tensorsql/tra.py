@@ -104,9 +104,23 @@ class Positional(Rel):
     child: Rel
 
 
+@dataclass(frozen=True, eq=False)
+class Fused(Rel):
+    """A tree of multiply/sum contractions whose every tensor is one block, as one kernel call
+    (``tensor_einsum_path``) over the cross join of its single-block inputs: one query step instead of a
+    join and a group-by per contraction. ``steps`` are (operand, operand, labels of the first, labels of the
+    second, output labels); operands number the children first, then the steps' results; the last step's
+    result is the output (positional keys). Labels are per step."""
+
+    children: tuple[Rel, ...]
+    steps: tuple[tuple[int, int, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]
+
+
 def inputs(rel: Rel) -> tuple[Rel, ...]:
     if isinstance(rel, Scan):
         return ()
+    if isinstance(rel, Fused):
+        return rel.children
     if isinstance(rel, Join):
         return (rel.left, rel.right)
     if isinstance(rel, Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional):
@@ -132,6 +146,11 @@ def render(rel: Rel) -> str:
             return f"{type(r).__name__} agg={r.agg} {base}"
         if isinstance(r, MapBlocks):
             return f"Map {r.fn}{'' if r.param is None else f'({r.param})'} {base}"
+        if isinstance(r, Fused):
+            steps = "; ".join(
+                f"{i},{j}:{','.join(x)}*{','.join(y)}->{','.join(z)}" for i, j, x, y, z in r.steps
+            )
+            return f"Fused steps=[{steps}] {base}"
         return f"{type(r).__name__} {base}"
 
     seen: dict[int, int] = {}

@@ -48,6 +48,10 @@ constexpr uint64_t kMaxIterations = uint64_t(1) << 62;
 
 using Shape = std::vector<int64_t>;
 
+inline std::string quoted(const std::string &s) {
+	return "'" + s + "'";
+}
+
 inline std::string shape_str(const Shape &s) {
 	std::string r = "[";
 	for (size_t i = 0; i < s.size(); i++) {

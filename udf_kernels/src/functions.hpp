@@ -33,6 +33,11 @@ void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk inpu
 class ThreadBudget;
 bool register_einsum_functions(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
 
+// path.cpp: registers tensor_einsum_path and tensor_einsum_path_into (a tree of contractions in one call).
+void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+bool register_path_functions(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
+
 // aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack.
 bool register_aggregates(duckdb_connection con);
 

@@ -93,7 +93,7 @@ bool register_all(duckdb_connection con) {
 	using T = Ty;
 	blas_single_threaded();
 	auto budget = std::make_shared<ThreadBudget>(database_threads(con));
-	if (!register_einsum_functions(con, budget)) {
+	if (!register_einsum_functions(con, budget) || !register_path_functions(con, budget)) {
 		return false;
 	}
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;

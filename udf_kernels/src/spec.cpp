@@ -2,9 +2,6 @@
 
 namespace tsk {
 
-static std::string quoted(const std::string &s) {
-	return "'" + s + "'";
-}
 
 Spec parse_spec(const Bytes &s, int n_inputs, const char *fn) {
 	Spec spec;
