@@ -41,6 +41,13 @@ CASES = {
         src("C", (3, 50), (3, 50)),
         optimize="optimal",
     ),
+    "chain3_split_c": lambda: plan_sql(
+        "ij,jk,kl->il",
+        src("A", (4, 40), (4, 40)),
+        src("B", (40, 3), (40, 3)),
+        src("C", (3, 50), (3, 10)),
+        optimize="optimal",
+    ),
     "transpose_scalar_cast": lambda: plan_sql(
         "ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32")
     ),
