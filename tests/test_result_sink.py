@@ -277,6 +277,26 @@ def test_an_absent_single_block_reads_as_zeros(s):
     np.testing.assert_allclose(diag.numpy(), np.einsum("ii,ij->ij", a[:40, :40], a[:40, :30]), atol=1e-12)
 
 
+def test_one_block_sides_pair_side_by_side(s):
+    """Two one-block sides are read side by side (a positional scan over stored tables: no block copied);
+    a side without its block leaves a NULL row, which the result drops."""
+    rng = np.random.default_rng(9)
+    a, b = rng.standard_normal((30, 20)), rng.standard_normal((20, 10))
+    rel = s.einsum("ij,jk->ik", s.from_numpy(a), s.from_numpy(b), strategy="none")
+    sql = rel.sql(pretty=False)
+    assert "POSITIONAL JOIN" in sql and " JOIN " not in sql.replace("POSITIONAL JOIN", "")
+    np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-12)
+    empty, _ = _sparse(s, b, (20, 10), [])
+    for rel in (
+        s.einsum("ij,jk->ik", s.from_numpy(a), empty, strategy="none"),
+        s.einsum("jk,ij->ik", empty, s.from_numpy(a), strategy="none"),
+    ):
+        np.testing.assert_array_equal(rel.numpy(), np.zeros((30, 10)))
+        table = rel.to_arrow()
+        assert table.column("tensor").null_count == 0
+        np.testing.assert_array_equal(rel.save("one_block_absent", replace=True).numpy(), np.zeros((30, 10)))
+
+
 def test_a_plan_run_again_is_prepared_once(s):
     import gc
 

@@ -2,24 +2,9 @@ WITH "t0" AS (
   SELECT
     "x"."k0" AS "k0",
     "y"."k1" AS "k1",
-    tensor_einsum_agg(
-      'ab,bc->ac',
-      'multiply',
-      'sum',
-      'float64',
-      "x"."tensor",
-      "x"."__ts_shape",
-      "y"."tensor",
-      [40, 3]
-    ) AS "tensor"
-  FROM (
-    SELECT
-      *,
-      tensor_pin([4, 40]) AS "__ts_shape"
-    FROM "A" AS "x"
-  ) AS "x"
-  JOIN "B" AS "y"
-    ON "x"."k1" = "y"."k0"
+    tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 40], "y"."tensor", [40, 3]) AS "tensor"
+  FROM "A" AS "x"
+  POSITIONAL JOIN "B" AS "y"
   GROUP BY
     "x"."k0",
     "y"."k1"
@@ -46,3 +31,5 @@ WITH "t0" AS (
 SELECT
   *
 FROM "t1"
+WHERE
+  NOT "tensor" IS NULL

@@ -23,12 +23,7 @@ WITH "t0" AS (
       CAST([] AS BIGINT[])
     ) AS "tensor"
   FROM "t0" AS "x"
-  POSITIONAL JOIN (
-    SELECT
-      *,
-      UNNEST(range(1)) AS "__ts_rep"
-    FROM "t1" AS "y"
-  ) AS "y"
+  POSITIONAL JOIN "t1" AS "y"
 )
 SELECT
   *
