@@ -226,3 +226,16 @@ def test_kernel_needs_two_inputs(con):
 def test_kernel_errors_surface_as_typed_errors(s):
     with pytest.raises(TensorSQLError):
         s.execute("SELECT tensor_einsum_path('0,1:ab,bc->ac', 'float64', [2, 2, 2, 2], ''::BLOB, ''::BLOB)")
+
+
+def test_a_fused_root_may_come_back_in_gemm_order(s):
+    """``numpy()`` may run a big result in its root GEMM's order and return a transposed view; the fused
+    call then ends with that step."""
+    rng = np.random.default_rng(10)
+    x, w, y = rng.standard_normal((64, 8)), rng.standard_normal((8, 64)), rng.standard_normal((64, 64))
+    rel = s.einsum("ik,kl,jl->jil", x, w, y, strategy="none", optimize=["einsum_path", (0, 1), (0, 1)])
+    assert rel.session.gemm_order(rel.plan()) is not None
+    got = rel.numpy()
+    np.testing.assert_allclose(got, np.einsum("ik,kl,jl->jil", x, w, y), rtol=1e-10, atol=1e-10)
+    (fused,) = _fused_nodes(rel)
+    assert len(fused.steps) == 2
