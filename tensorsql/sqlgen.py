@@ -212,7 +212,9 @@ class _Builder:
     def fused(self, rel: T.Fused) -> Row:
         """``tensor_einsum_path(program, dtype, shapes, x0.tensor, x1.tensor, ...)`` over the one-row inputs,
         side by side (POSITIONAL JOIN). Over stored tables DuckDB reads them as one positional scan, which
-        copies no block; a cross product would materialize every input but one (~0.6 GB/s measured)."""
+        copies no block; a cross product would materialize every input but one (~0.6 GB/s measured). An input
+        without its block (no row, or a NULL padding row) makes the result NULL: an absent block."""
+        self.padded = True
         srcs = [self.src(child, f"x{i}") for i, child in enumerate(rel.children)]
         shapes = [lit(child.schema.sizes[k]) for child in rel.children for k in child.schema.blob]
         q = exp.select().from_(srcs[0].table)

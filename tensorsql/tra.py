@@ -107,7 +107,7 @@ class Positional(Rel):
 @dataclass(frozen=True, eq=False)
 class Fused(Rel):
     """A tree of multiply/sum contractions whose every tensor is one block, as one kernel call
-    (``tensor_einsum_path``) over the cross join of its single-block inputs: one query step instead of a
+    (``tensor_einsum_path``) over its single-block inputs side by side: one query step instead of a
     join and a group-by per contraction. ``steps`` are (operand, operand, labels of the first, labels of the
     second, output labels); operands number the children first, then the steps' results; the last step's
     result is the output (positional keys). Labels are per step."""

@@ -121,7 +121,29 @@ def test_absent_blocks_are_zeros(s):
     rel = s.einsum("ij,jk,kl->il", a, b, empty, strategy="none")
     assert _fused_nodes(rel)
     np.testing.assert_array_equal(rel.numpy(), np.zeros((10, 3)))
+    assert rel.to_arrow().num_rows == 0  # the result's one block is absent
     np.testing.assert_array_equal(rel.save("fused_absent", replace=True).numpy(), np.zeros((10, 3)))
+
+
+def test_a_padded_one_block_input_does_not_duplicate_the_block(s):
+    """A one-block input computed from a sparse relation through a padded positional join: the fused call
+    writes its one block once, with its value (a NULL row of any input makes that row's result NULL, an
+    absent block, never a second block of zeros)."""
+    rng = np.random.default_rng(11)
+    a = rng.standard_normal((60, 40))
+    sparse, dense = _sparse(s, a, (20, 40), [(0, 0), (2, 0)])  # the middle row panel is absent
+    b, w = rng.standard_normal((40, 4)), rng.standard_normal((4, 3))
+    left = s.einsum("ij,jk->ik", sparse, b, strategy="operands")  # 2 of 3 row panels
+    # the one-block w is paired by position with left's 3-panel grid, which has 2 rows: one padding row
+    red = s.einsum("ik,kl->kl", left, w, strategy="operands")
+    assert "POSITIONAL JOIN" in red.sql() and red.plan().partitioning.block_shapes[id(red.node)] == (4, 3)
+    w1, w2 = rng.standard_normal((3, 5)), rng.standard_normal((5, 2))
+    rel = s.einsum("kl,lm,mn->kn", red, w1, w2, strategy="none")
+    assert _fused_nodes(rel)
+    want = np.einsum("ik,kl->kl", dense @ b, w) @ w1 @ w2
+    np.testing.assert_allclose(rel.numpy(), want, rtol=1e-10, atol=1e-10)
+    table = rel.to_arrow()
+    assert table.num_rows == 1 and table.column("tensor").null_count == 0
 
 
 def test_a_fused_tree_feeding_a_split_step_runs_once_per_block(s):
@@ -191,10 +213,10 @@ def test_kernel_runs_a_program(con):
     np.testing.assert_allclose(np.frombuffer(got).reshape(4, 4), x @ x, rtol=1e-12)
 
 
-def test_kernel_reads_a_null_block_as_zeros(con):
+def test_kernel_gives_null_for_a_null_block(con):
+    """NULL is an absent block: the result is absent too (zeros to every consumer)."""
     a = np.ones((3, 4))
-    got = _call(con, "0,1:ab,bc->ac;2,0:ac,ab->cb", [3, 4, 4, 5], a, None)
-    assert np.frombuffer(got).tolist() == [0.0] * 20
+    assert _call(con, "0,1:ab,bc->ac;2,0:ac,ab->cb", [3, 4, 4, 5], a, None) is None
 
 
 @pytest.mark.parametrize(

@@ -17,3 +17,5 @@ WITH "t0" AS (
 SELECT
   *
 FROM "t0"
+WHERE
+  NOT "tensor" IS NULL

@@ -11,11 +11,13 @@
 // operands: 0..n-1 are the blob arguments, n+k is the result of step k. The last step's result is returned.
 // shapes: the input blocks' shapes concatenated (each input's rank is that of its labels in the spec of the
 // step that first reads it).
+//
+// A NULL block (an input without its block: a side of the positional join with no row) gives a NULL result,
+// which every consumer reads as an absent block, zeros, as it reads a NULL product of a join.
 #include "functions.hpp"
 #include "gemm.hpp"
 #include "sink.hpp"
 
-#include <algorithm>
 #include <utility>
 
 namespace tsk {
@@ -123,9 +125,16 @@ public:
 			blobs_.emplace_back(input, c);
 		}
 	}
-	// A NULL input block is an absent one (zeros), not a NULL result: see run().
 	bool valid(idx_t row) const {
-		return prog_c_.valid(row) && dtype_c_.valid(row) && shapes_c_.valid(row);
+		if (!prog_c_.valid(row) || !dtype_c_.valid(row) || !shapes_c_.valid(row)) {
+			return false;
+		}
+		for (const auto &b : blobs_) {
+			if (!b.valid(row)) {
+				return false;
+			}
+		}
+		return true;
 	}
 	// Reads and validates row r; returns the result's shape. Steps are planned once per (program, shapes).
 	const Shape &prepare(idx_t row, const char *fn) {
@@ -142,7 +151,6 @@ public:
 			     std::to_string(n) + " inputs have " + std::to_string(need) + " dimensions");
 		}
 		values_.resize(static_cast<size_t>(n) + prog_->steps.size());
-		absent_ = false;
 		size_t at = 0;
 		for (int i = 0; i < n; i++) {
 			Value &v = values_[static_cast<size_t>(i)];
@@ -151,12 +159,6 @@ public:
 			               flat_.begin() + static_cast<std::ptrdiff_t>(at + r));
 			at += r;
 			const std::string name = "input " + std::to_string(i);
-			if (!blobs_[static_cast<size_t>(i)].valid(row)) {
-				checked_numel(v.shape, itemsize(dt_), fn, name.c_str());
-				absent_ = true;
-				v.data = nullptr;
-				continue;
-			}
 			const Bytes b = blobs_[static_cast<size_t>(i)].str(row);
 			check_operand(fn, name.c_str(), b, v.shape, dt_);
 			v.data = reinterpret_cast<const unsigned char *>(b.data);
@@ -187,19 +189,11 @@ public:
 		return plans_.back().out_numel;
 	}
 	// Runs the prepared row; the last step writes `out` (numel() elements) when given, else a buffer of its own
-	// (result()). With an absent input (a NULL block: a stored relation without that block, or a side of the
-	// positional join with no row) every product is zero, and so is the result.
+	// (result()).
 	template <class T>
 	void run(T *out) {
 		const size_t n = static_cast<size_t>(prog_->n_inputs);
 		const size_t last = prog_->steps.size() - 1;
-		if (absent_) {
-			const uint64_t numel = plans_.back().out_numel;
-			T *zp = out != nullptr ? out : reinterpret_cast<T *>(values_.back().own.resize(numel * sizeof(T)));
-			std::fill(zp, zp + numel, T(0));
-			values_.back().data = reinterpret_cast<const unsigned char *>(zp);
-			return;
-		}
 		for (size_t k = 0; k <= last; k++) {
 			const PathStep &s = prog_->steps[k];
 			const Contraction &c = plans_[k];
@@ -241,7 +235,6 @@ private:
 	DTypeArg dtypes_;
 	const Program *prog_ = nullptr;
 	DType dt_ {};
-	bool absent_ = false;
 	Shape flat_;
 	std::vector<Value> values_;
 	std::vector<Contraction> plans_;
@@ -331,7 +324,6 @@ bool add_path_function(duckdb_connection con, const char *name, std::initializer
 	}
 	TypeHandle blob(Ty::Blob);
 	duckdb_scalar_function_set_varargs(f, blob.get()); // the input blocks
-	duckdb_scalar_function_set_special_handling(f);    // NULL blocks reach the kernel (absent: zeros)
 	TypeHandle r(ret);
 	duckdb_scalar_function_set_return_type(f, r.get());
 	duckdb_scalar_function_set_function(f, fn);
