@@ -278,14 +278,12 @@ def _prefer_fused(root: E.Node, graph: _Graph, plan: P.Plan, p: int, cm: P.CostM
     into one kernel call (``lower.fused_steps``) are credited. Only under the engine's cost terms: the paper's
     model has no per-step cost."""
     one = P.decompose(graph.g, 1, "eindecomp", cm)
-
-    def net(candidate: P.Plan) -> float:
-        return candidate.cost - STEP_SECONDS * fused_steps(root, graph.partitioning(candidate))
-
-    if net(one) < net(plan):
+    fused = fused_steps(root, graph.partitioning(one))
+    mine = plan.cost - STEP_SECONDS * fused_steps(root, graph.partitioning(plan))
+    if one.cost - STEP_SECONDS * fused < mine:
         note = (
-            f"one block per tensor (p=1): {one.cost:.4g} s less {fused_steps(root, graph.partitioning(one))} "
-            f"fused steps beats p={p} at {plan.cost:.4g} s"
+            f"one block per tensor (p=1): {one.cost:.4g} s less {fused} fused steps "
+            f"beats p={p} at {plan.cost:.4g} s"
         )
         return dataclasses.replace(one, notes=(*one.notes, note)), 1
     return plan, p

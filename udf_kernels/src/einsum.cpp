@@ -296,9 +296,6 @@ private:
 	LastCache<Plan> cache_;
 };
 
-ThreadBudget *budget_of(void *extra) {
-	return extra == nullptr ? nullptr : static_cast<BudgetPtr *>(extra)->get();
-}
 
 // The arguments of tensor_einsum / tensor_einsum_agg (same signature), read row by row.
 struct EinsumArgs {
@@ -344,30 +341,6 @@ struct EinsumArgs {
 	}
 };
 
-// The sink key and block start of the *_into variants (columns 0 and 1); the sink is looked up when the key
-// changes, so a wrong key fails on its first row.
-struct SinkArgs {
-	Col key_c;
-	ListCol start_c;
-	Sink sink;
-	int64_t key = 0;
-	Shape start;
-
-	explicit SinkArgs(duckdb_data_chunk input) : key_c(input, 0), start_c(input, 1) {
-	}
-	bool valid(idx_t row) const {
-		return key_c.valid(row) && start_c.valid(row);
-	}
-	const Sink &read(idx_t row, const char *fn) {
-		const int64_t k = key_c.i64(row);
-		if (sink.base == nullptr || k != key) {
-			sink = sink_find(k, fn);
-			key = k;
-		}
-		start_c.get(row, start, fn, "start");
-		return sink;
-	}
-};
 
 } // namespace
 
@@ -1053,23 +1026,33 @@ void einsum_agg_into_finalize(duckdb_function_info info, duckdb_aggregate_state 
 	});
 }
 
+
+} // namespace
+
+ThreadBudget *budget_of(void *extra) {
+	return extra == nullptr ? nullptr : static_cast<BudgetPtr *>(extra)->get();
+}
+
+namespace {
+
 void delete_budget(void *p) {
 	delete static_cast<BudgetPtr *>(p);
 }
 
 } // namespace
 
-namespace {
-
-// A scalar function sharing the database's thread budget. Side-effecting ones (writing a result sink) are
-// volatile, so DuckDB never folds or merges their calls.
 bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
-                         duckdb_scalar_function_t fn, const BudgetPtr &budget, bool side_effects) {
+                         duckdb_scalar_function_t fn, const BudgetPtr &budget, bool side_effects,
+                         bool blob_varargs) {
 	duckdb_scalar_function f = duckdb_create_scalar_function();
 	duckdb_scalar_function_set_name(f, name);
 	for (Ty t : params) {
 		TypeHandle h(t);
 		duckdb_scalar_function_add_parameter(f, h.get());
+	}
+	if (blob_varargs) {
+		TypeHandle blob(Ty::Blob);
+		duckdb_scalar_function_set_varargs(f, blob.get());
 	}
 	TypeHandle r(ret);
 	duckdb_scalar_function_set_return_type(f, r.get());
@@ -1082,6 +1065,8 @@ bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializ
 	duckdb_destroy_scalar_function(&f);
 	return ok;
 }
+
+namespace {
 
 bool add_budgeted_aggregate(duckdb_connection con, const AggDef &def, const BudgetPtr &budget) {
 	duckdb_aggregate_function a = make_aggregate(def);

@@ -3,6 +3,7 @@
 
 #include "common.hpp"
 
+#include <initializer_list>
 #include <memory>
 
 namespace tsk {
@@ -62,5 +63,14 @@ public:
 private:
 	duckdb_logical_type type_;
 };
+
+// einsum.cpp: the thread budget a kernel's extra info holds (null when it has none), and the registration of a
+// scalar function that gets the budget as its extra info. Side-effecting ones (writing a result sink, or
+// that must run once per row) are volatile, so DuckDB never folds, merges or moves their calls;
+// blob_varargs: any number of BLOB arguments after `params`.
+ThreadBudget *budget_of(void *extra);
+bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
+                         duckdb_scalar_function_t fn, const std::shared_ptr<ThreadBudget> &budget, bool side_effects,
+                         bool blob_varargs = false);
 
 } // namespace tsk

@@ -244,18 +244,13 @@ private:
 	GemmScratch scratch_;
 };
 
-ThreadBudget *path_budget(duckdb_function_info info) {
-	void *extra = duckdb_scalar_function_get_extra_info(info);
-	return extra == nullptr ? nullptr : static_cast<BudgetPtr *>(extra)->get();
-}
-
 } // namespace
 
 void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum_path";
 	guard_scalar(info, FN, [&] {
 		const idx_t count = duckdb_data_chunk_get_size(input);
-		PathRunner runner(input, 0, path_budget(info));
+		PathRunner runner(input, 0, budget_of(duckdb_scalar_function_get_extra_info(info)));
 		for (idx_t row = 0; row < count; row++) {
 			if (!runner.valid(row)) {
 				set_null(output, row);
@@ -279,20 +274,17 @@ void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input,
 	static constexpr const char *FN = "tensor_einsum_path_into";
 	guard_scalar(info, FN, [&] {
 		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col key_c(input, 0);
-		ListCol start_c(input, 1);
-		PathRunner runner(input, 2, path_budget(info));
+		SinkArgs sargs(input);
+		PathRunner runner(input, 2, budget_of(duckdb_scalar_function_get_extra_info(info)));
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
-		Shape start;
 		for (idx_t row = 0; row < count; row++) {
-			if (!key_c.valid(row) || !start_c.valid(row) || !runner.valid(row)) {
+			if (!sargs.valid(row) || !runner.valid(row)) {
 				set_null(output, row);
 				continue;
 			}
-			const Sink sink = sink_find(key_c.i64(row), FN);
-			start_c.get(row, start, FN, "start");
+			const Sink &sink = sargs.read(row, FN);
 			const Shape zs = runner.prepare(row, FN);
-			const int64_t off = sink_block_offset(sink, runner.dtype(), start, zs, FN);
+			const int64_t off = sink_block_offset(sink, runner.dtype(), sargs.start, zs, FN);
 			const bool direct = sink_block_contiguous(sink, zs);
 			dispatch(runner.dtype(), [&](auto tag) {
 				using T = typename decltype(tag)::type;
@@ -308,43 +300,14 @@ void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input,
 	});
 }
 
-namespace {
-
-void delete_path_budget(void *p) {
-	delete static_cast<BudgetPtr *>(p);
-}
-
-bool add_path_function(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
-                       duckdb_scalar_function_t fn, const BudgetPtr &budget, bool side_effects) {
-	duckdb_scalar_function f = duckdb_create_scalar_function();
-	duckdb_scalar_function_set_name(f, name);
-	for (Ty t : params) {
-		TypeHandle h(t);
-		duckdb_scalar_function_add_parameter(f, h.get());
-	}
-	TypeHandle blob(Ty::Blob);
-	duckdb_scalar_function_set_varargs(f, blob.get()); // the input blocks
-	TypeHandle r(ret);
-	duckdb_scalar_function_set_return_type(f, r.get());
-	duckdb_scalar_function_set_function(f, fn);
-	if (side_effects) {
-		duckdb_scalar_function_set_volatile(f);
-	}
-	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_path_budget);
-	const bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
-	duckdb_destroy_scalar_function(&f);
-	return ok;
-}
-
-} // namespace
-
 bool register_path_functions(duckdb_connection con, const BudgetPtr &budget) {
 	const Ty V = Ty::Varchar, L = Ty::ListBigInt, I = Ty::BigInt;
 	// volatile: one call per row however DuckDB rearranges projections (a deterministic call in a CTE may be
 	// pulled above the UNNEST that repeats its row for a positional join, and would then run once per copy)
-	return add_path_function(con, "tensor_einsum_path", {V, V, L}, Ty::Blob, tensor_einsum_path, budget, true) &&
-	       add_path_function(con, "tensor_einsum_path_into", {I, L, V, V, L}, I, tensor_einsum_path_into, budget,
-	                         true);
+	return add_budgeted_scalar(con, "tensor_einsum_path", {V, V, L}, Ty::Blob, tensor_einsum_path, budget, true,
+	                           true) &&
+	       add_budgeted_scalar(con, "tensor_einsum_path_into", {I, L, V, V, L}, I, tensor_einsum_path_into, budget,
+	                           true, true);
 }
 
 } // namespace tsk

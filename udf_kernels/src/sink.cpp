@@ -72,32 +72,23 @@ void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckd
 	static constexpr const char *FN = "tensor_sink_write";
 	guard_scalar(info, FN, [&] {
 		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col key_c(input, 0);
-		ListCol start_c(input, 1);
+		SinkArgs sargs(input);
 		Col dtype_c(input, 2), x_c(input, 3);
 		ListCol xs_c(input, 4);
 		DTypeArg dtypes;
-		Shape start, xs;
-		Sink sink;
-		int64_t sink_key = 0;
+		Shape xs;
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
 		for (idx_t row = 0; row < count; row++) {
-			if (!key_c.valid(row) || !start_c.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) ||
-			    !xs_c.valid(row)) {
+			if (!sargs.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) || !xs_c.valid(row)) {
 				set_null(output, row);
 				continue;
 			}
-			const int64_t key = key_c.i64(row);
-			if (sink.base == nullptr || key != sink_key) {
-				sink = sink_find(key, FN);
-				sink_key = key;
-			}
+			const Sink &sink = sargs.read(row, FN);
 			const DType dt = dtypes.get(dtype_c.str(row), FN);
 			const Bytes xb = x_c.str(row);
-			start_c.get(row, start, FN, "start");
 			xs_c.get(row, xs, FN, "x_shape");
 			const uint64_t n = check_operand(FN, "x", xb, xs, dt);
-			const int64_t off = sink_block_offset(sink, dt, start, xs, FN);
+			const int64_t off = sink_block_offset(sink, dt, sargs.start, xs, FN);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
 				AlignedBuf xa;

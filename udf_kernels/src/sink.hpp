@@ -51,6 +51,31 @@ void sink_write(const Sink &s, int64_t off, const Shape &block, const std::vecto
 	strided_copy(L.data(), L.size(), src, reinterpret_cast<T *>(s.base) + off, Assign {});
 }
 
+// The sink key and block start of the *_into variants and tensor_sink_write (columns 0 and 1); the sink is looked up when the key
+// changes, so a wrong key fails on its first row.
+struct SinkArgs {
+	Col key_c;
+	ListCol start_c;
+	Sink sink;
+	int64_t key = 0;
+	Shape start;
+
+	explicit SinkArgs(duckdb_data_chunk input) : key_c(input, 0), start_c(input, 1) {
+	}
+	bool valid(idx_t row) const {
+		return key_c.valid(row) && start_c.valid(row);
+	}
+	const Sink &read(idx_t row, const char *fn) {
+		const int64_t k = key_c.i64(row);
+		if (sink.base == nullptr || k != key) {
+			sink = sink_find(k, fn);
+			key = k;
+		}
+		start_c.get(row, start, fn, "start");
+		return sink;
+	}
+};
+
 // tensor_sink_write(key BIGINT, start BIGINT[], dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BIGINT
 void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 
