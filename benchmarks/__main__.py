@@ -142,7 +142,7 @@ COPIES_IN = 1
 
 def out_copies(rel: ts.TensorRelation) -> int:
     """Copies of each output block on its way into the returned array (see COPIES_IN)."""
-    from tensorsql import sqlgen
+    from tensorsql.backends.duckdb import sqlgen
 
     sql = sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra))
     bs, shape = rel.block_shape, rel.shape

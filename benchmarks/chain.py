@@ -17,8 +17,8 @@ import numpy as np
 import planner
 import planner.models
 import tensorsql as ts
-from tensorsql import expr as E
-from tensorsql import planning
+from tensorsql.compile import planning
+from tensorsql.ir import expr as E
 from tensorsql.relation import TensorRelation
 
 STRATEGIES = ("eindecomp", "sqrt", "data", "model")

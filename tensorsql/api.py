@@ -3,32 +3,47 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import opt_einsum
 
-from tensorsql import frontend
+from tensorsql.compile.cache import Entry, hashable
 from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import DTypeError, EinsumError, ShapeError
+from tensorsql.frontend import numpy as frontend
+from tensorsql.frontend.subscripts import parse, split_args
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Session, as_array
-from tensorsql.subscripts import parse, split_args
 
 _default: Session | None = None
 _default_lock = threading.Lock()
 
 
-def connect(database: str = ":memory:", threads: int | None = None) -> Session:
-    """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing)."""
-    return Session(database, threads=threads)
+def connect(
+    database: str = ":memory:",
+    threads: int | None = None,
+    *,
+    strategy: str = "eindecomp",
+    read_only: bool = False,
+) -> Session:
+    """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing).
+
+    ``threads``: DuckDB's and the kernels' threads; ``strategy``: the session's default blocking strategy
+    (``eindecomp``, ``sqrt``, ``data``, ``model``, ``none``, ``operands``); ``read_only``: open a database
+    file for reading only (several processes may do so at once; a writer holds the file's lock alone).
+    """
+    from tensorsql.backends.duckdb.executor import DuckDBExecutor
+
+    return Session(DuckDBExecutor(database, threads=threads, read_only=read_only), strategy=strategy)
 
 
 def default_session() -> Session:
+    """The in-process session ``ts.einsum`` runs on (a new one if the last was closed)."""
     global _default
     with _default_lock:
-        if _default is None:
-            _default = Session()
+        if _default is None or getattr(_default.executor, "closed", False):
+            _default = connect()
         return _default
 
 
@@ -49,6 +64,48 @@ def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, cast
     return np.result_type(*arrays) if arrays else np.dtype("float64")
 
 
+def _call_key(spec: Hashable, arrays: Sequence[np.ndarray], optimize: object, join: object, agg: object):
+    opt = hashable(optimize)
+    if spec is None or opt is None:
+        return None
+    return ("einsum", spec, tuple((a.shape, a.dtype.str) for a in arrays), opt, join, agg)
+
+
+def _spec_of(args: Sequence[object]) -> Hashable | None:
+    """The subscripts of a call, without its arrays (the string, or the sublists of the interleaved form)."""
+    if isinstance(args[0], str):
+        return ("str", args[0])
+    return hashable([a for i, a in enumerate(args) if i % 2 == 1 or (i == len(args) - 1 and len(args) % 2)])
+
+
+def _entry(s: Session, call_args: list[object], key: Hashable | None, **kw: object) -> Entry:
+    entry = s.plans.get(key) if key is not None else None
+    if entry is None:
+        rel = s.einsum(*call_args, copy=False, **kw)  # type: ignore[arg-type]
+        entry = Entry(tuple(rel.bindings), rel.plan())
+        if key is not None:
+            s.plans.put(key, entry)
+    return entry
+
+
+def _finish(res: np.ndarray, final: np.dtype, carrier: str, order: str, out: object, casting: str) -> object:
+    if res.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
+        res = (res != 0) if final == np.bool_ else res.astype(final)
+    if order == "F":
+        res = np.asfortranarray(res)
+    elif order == "C":  # a big interleaved contraction may come back as a transposed view (numpy())
+        res = np.ascontiguousarray(res)
+    if out is not None:
+        if not isinstance(out, np.ndarray) or out.shape != res.shape:
+            got = getattr(out, "shape", type(out).__name__)
+            raise ShapeError(f"out= must be an ndarray of shape {res.shape}, got {got}")
+        if not np.can_cast(res.dtype, out.dtype, casting):  # type: ignore[arg-type]
+            raise DTypeError(f"result dtype {res.dtype} cannot be cast to out dtype {out.dtype} ({casting=})")
+        np.copyto(out, res, casting="unsafe")
+        return out
+    return res[()] if res.ndim == 0 else res
+
+
 def einsum(
     *args: object,
     out: np.ndarray | None = None,
@@ -63,7 +120,8 @@ def einsum(
 
     Takes numpy's keywords (``out``, ``dtype``, ``order``, ``casting``, ``optimize``) plus the extended
     EinSum's ``join``/``agg``. With any TensorRelation operand the result is a lazy TensorRelation in that
-    relation's session (``out`` is then not allowed).
+    relation's session (``out`` is then not allowed). Repeated calls of one equation, shapes and dtypes reuse
+    their plan and prepared statement (``Session.plans``).
     """
     _, _, operands = split_args(args)
     rel_ops = [op for op in operands if isinstance(op, TensorRelation)]
@@ -82,25 +140,97 @@ def einsum(
     else:
         it = iter(arrays)
         call_args = [next(it) if i % 2 == 0 and i < 2 * len(arrays) else a for i, a in enumerate(args)]
+    s = default_session()
+    key = _call_key(_spec_of(args), arrays, optimize, join, agg)
     # computed right away, so the operands' memory can be borrowed instead of copied (numpy.einsum reads
     # its operands while they could change too)
-    result = default_session().einsum(*call_args, optimize=optimize, join=join, agg=agg, copy=False)
-    res = result.numpy()
-    if res.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
-        res = (res != 0) if final == np.bool_ else res.astype(final)
-    if order == "F":
-        res = np.asfortranarray(res)
-    elif order == "C":  # a big interleaved contraction may come back as a transposed view (numpy())
-        res = np.ascontiguousarray(res)
-    if out is not None:
-        if not isinstance(out, np.ndarray) or out.shape != res.shape:
-            got = getattr(out, "shape", type(out).__name__)
-            raise ShapeError(f"out= must be an ndarray of shape {res.shape}, got {got}")
-        if not np.can_cast(res.dtype, out.dtype, casting):  # type: ignore[arg-type]
-            raise DTypeError(f"result dtype {res.dtype} cannot be cast to out dtype {out.dtype} ({casting=})")
-        np.copyto(out, res, casting="unsafe")
-        return out
-    return res[()] if res.ndim == 0 else res
+    entry = _entry(s, call_args, key, optimize=optimize, join=join, agg=agg)
+    res = s.value(entry.plan, dict(zip(entry.leaves, arrays, strict=True)))  # type: ignore[arg-type]
+    return _finish(res, final, carrier, order, out, casting)
+
+
+class ContractExpression:
+    """``contract_expression``'s callable: ``expr(*arrays, out=None)``, planned once per operand dtypes."""
+
+    def __init__(
+        self,
+        subscripts: str,
+        shapes: Sequence[tuple[int, ...] | np.ndarray],
+        *,
+        constants: Sequence[int] = (),
+        optimize: object = "auto",
+        dtype: object | None = None,
+        order: str = "K",
+        casting: str = "safe",
+        join: str | None = None,
+        agg: str | None = None,
+        session: Session | None = None,
+    ) -> None:
+        if not isinstance(subscripts, str):
+            raise EinsumError(
+                f"contract_expression takes a subscripts string, got {type(subscripts).__name__}"
+            )
+        consts = set(constants)
+        if any(not isinstance(c, int) or not 0 <= c < len(shapes) for c in consts):
+            raise EinsumError(f"constants={list(constants)!r}: positions must be in 0..{len(shapes) - 1}")
+        self._constants = {i: as_array(shapes[i], f"constant {i}") for i in sorted(consts)}
+        self.shapes: list[tuple[int, ...]] = []
+        for i, shp in enumerate(shapes):
+            if i in consts:
+                self.shapes.append(self._constants[i].shape)
+                continue
+            try:
+                self.shapes.append(tuple(int(n) for n in shp))  # type: ignore[union-attr]
+            except TypeError as exc:
+                raise EinsumError(f"shape {i} = {shp!r} is not a sequence of ints") from exc
+        inputs, output, _ = split_args([subscripts, *self.shapes])
+        parse(inputs, output, self.shapes)  # the equation and shapes agree, or an EinsumError now
+        if order not in ("K", "A", "C", "F"):
+            raise ShapeError(f"order={order!r}: expected one of K, A, C, F")
+        self.subscripts = subscripts
+        self.num_args = len(shapes) - len(consts)
+        self._kw = {"optimize": optimize, "join": join, "agg": agg}
+        self._dtype, self._order, self._casting = dtype, order, casting
+        self._session = session
+        self._entries: dict[tuple[str, ...], tuple[Entry, np.dtype, str]] = {}
+
+    def __call__(self, *arrays: object, out: np.ndarray | None = None, **_: object) -> object:
+        if len(arrays) != self.num_args:
+            raise EinsumError(f"this expression takes {self.num_args} arrays, got {len(arrays)}")
+        given = iter(arrays)
+        full = [
+            self._constants[i] if i in self._constants else as_array(next(given), f"operand {i}")
+            for i in range(len(self.shapes))
+        ]
+        for i, (a, shp) in enumerate(zip(full, self.shapes, strict=True)):
+            if a.shape != shp:
+                raise ShapeError(f"operand {i} has shape {a.shape}, but the expression was built for {shp}")
+        sig = tuple(a.dtype.str for a in full)
+        found = self._entries.get(sig)
+        s = self._session or default_session()
+        if found is None:
+            final = _numpy_result_dtype(full, self._dtype, self._casting)
+            carrier = carrier_dtype(final)
+            cast = [a.astype(carrier, copy=False) for a in full]
+            entry = _entry(s, [self.subscripts, *cast], None, **self._kw)
+            found = self._entries[sig] = (entry, final, carrier)
+        entry, final, carrier = found
+        cast = [a.astype(carrier, copy=False) for a in full]
+        res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
+        return _finish(res, final, carrier, self._order, out, self._casting)
+
+    def __repr__(self) -> str:
+        return f"<ContractExpression('{self.subscripts}')>"
+
+
+def contract_expression(subscripts: str, *shapes: object, constants: Sequence[int] = (), **kwargs: object):
+    """opt_einsum's ``contract_expression``: a reusable callable for one equation and operand shapes, planned
+    once (per operand dtypes) and then run on new arrays for the cost of one engine round trip.
+
+    ``constants``: positions whose entries in ``shapes`` are arrays fixed for every call. Keywords: numpy's
+    ``optimize``/``dtype``/``order``/``casting``, the extended EinSum's ``join``/``agg``, and ``session``.
+    """
+    return ContractExpression(subscripts, shapes, constants=constants, **kwargs)  # type: ignore[arg-type]
 
 
 def einsum_path(*args: object, optimize: object = "greedy") -> tuple[list[object], str]:

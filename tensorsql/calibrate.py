@@ -15,7 +15,7 @@ import numpy as np
 
 import planner as P
 import tensorsql as ts
-from tensorsql import planning
+from tensorsql.compile import planning
 
 
 def _best(fn, repeat: int = 3) -> float:

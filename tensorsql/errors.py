@@ -43,6 +43,10 @@ class KernelError(RuntimeError, TensorSQLError):
     """A block kernel rejected its input inside DuckDB (corrupted or truncated blob, size mismatch)."""
 
 
+class DatabaseLockedError(OSError, TensorSQLError):
+    """The database file is locked by another process (one writer, or many read-only readers)."""
+
+
 class ExtensionError(RuntimeError, TensorSQLError):
     """The kernel extension could not be built, found or loaded."""
 
@@ -63,6 +67,7 @@ __all__ = [
     "CatalogError",
     "ConfigError",
     "DTypeError",
+    "DatabaseLockedError",
     "EinsumError",
     "ExtensionError",
     "KernelError",

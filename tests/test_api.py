@@ -97,8 +97,8 @@ def test_save_refuses_overwrite_unless_replace(s):
 
 @pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "complex128"])
 def test_from_sql(s, dtype):
-    s.con.execute("CREATE OR REPLACE TABLE coo (r INTEGER, c INTEGER, v DOUBLE)")
-    s.con.execute("INSERT INTO coo VALUES (0, 0, 1.5), (4, 6, -2), (2, 3, 7), (2, 3, 1), (1, 5, 3)")
+    s.executor.con.execute("CREATE OR REPLACE TABLE coo (r INTEGER, c INTEGER, v DOUBLE)")
+    s.executor.con.execute("INSERT INTO coo VALUES (0, 0, 1.5), (4, 6, -2), (2, 3, 7), (2, 3, 1), (1, 5, 3)")
     rel = s.from_sql("SELECT r, c, v FROM coo", shape=(5, 7), block_shape=(2, 3), dtype=dtype)
     want = np.zeros((5, 7), dtype=dtype)
     want[0, 0], want[4, 6], want[2, 3], want[1, 5] = 1.5, -2, 8, 3  # (2, 3) appears twice: summed
@@ -108,8 +108,8 @@ def test_from_sql(s, dtype):
 
 
 def test_from_sql_errors(s):
-    s.con.execute("CREATE OR REPLACE TABLE coo2 (r INTEGER, c INTEGER, v DOUBLE)")
-    s.con.execute("INSERT INTO coo2 VALUES (0, 9, 1.0)")
+    s.executor.con.execute("CREATE OR REPLACE TABLE coo2 (r INTEGER, c INTEGER, v DOUBLE)")
+    s.executor.con.execute("INSERT INTO coo2 VALUES (0, 9, 1.0)")
     with pytest.raises(ts.ShapeError, match=r"outside shape \(3, 3\)"):
         s.from_sql("SELECT * FROM coo2", shape=(3, 3))
     with pytest.raises(ts.ShapeError, match="returns 3 column"):
@@ -248,7 +248,7 @@ def test_attention_block(s):
 
 def test_threads_and_arrow_types(s):
     with ts.connect(threads=1) as one:
-        assert one.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+        assert one.executor.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
         np.testing.assert_allclose(ts.einsum("ij,jk", rand((3, 2)), rand((2, 3))).shape, (3, 3))
     assert isinstance(s.from_numpy(rand((2, 2))).to_arrow(), pa.Table)
 

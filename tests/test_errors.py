@@ -118,7 +118,7 @@ def test_not_a_tensorsql_database(tmp_path):
 
 def test_corrupted_blob_is_a_kernel_error(s):
     s.from_numpy(np.ones((2, 2)), block_shape=(2, 2)).save("corrupt")
-    s.con.execute("UPDATE corrupt SET tensor = '\\x00\\x01'::BLOB")
+    s.executor.con.execute("UPDATE corrupt SET tensor = '\\x00\\x01'::BLOB")
     rel = s.table("corrupt")
     with pytest.raises(ts.KernelError, match="bytes"):
         s.einsum("ij,jk->ik", rel, rel).numpy()
@@ -128,7 +128,7 @@ def test_corrupted_blob_is_a_kernel_error(s):
 
 def test_truncated_blob_in_unary_and_map(s):
     s.from_numpy(np.ones((3, 3)), block_shape=(3, 3)).save("trunc")
-    s.con.execute("UPDATE trunc SET tensor = tensor[1:20]")
+    s.executor.con.execute("UPDATE trunc SET tensor = tensor[1:20]")
     rel = s.table("trunc")
     with pytest.raises(ts.KernelError):
         s.einsum("ij->j", rel).numpy()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import duckdb
 import numpy as np
 import opt_einsum
@@ -12,9 +14,9 @@ from test_result_sink import _sparse
 
 import tensorsql as ts
 import udf_kernels
-from tensorsql import lower, planning
-from tensorsql import tra as T
+from tensorsql.compile import fuse, in_gemm_order
 from tensorsql.errors import TensorSQLError
+from tensorsql.ir import tra as T
 
 DTYPES = ["float32", "float64", "int32", "int64", "complex64", "complex128"]
 
@@ -97,7 +99,7 @@ def test_a_shared_intermediate_is_not_fused_into_its_consumers(s):
     for fused in _fused_nodes(u):
         assert len(fused.steps) >= 2
     part = u.plan().partitioning
-    assert lower.fused_steps(u.plan().root, part) == 1  # (t @ t) @ c: only t @ t fuses into its consumer
+    assert fuse.fused_steps(u.plan().root, part) == 1  # (t @ t) @ c: only t @ t fuses into its consumer
 
 
 def test_split_operands_stay_outside_the_fused_tree(s):
@@ -136,7 +138,7 @@ def test_a_padded_one_block_input_does_not_duplicate_the_block(s):
     left = s.einsum("ij,jk->ik", sparse, b, strategy="operands")  # 2 of 3 row panels
     # the one-block w is paired by position with left's 3-panel grid, which has 2 rows: one padding row
     red = s.einsum("ik,kl->kl", left, w, strategy="operands")
-    assert "POSITIONAL JOIN" in red.sql() and red.plan().partitioning.block_shapes[id(red.node)] == (4, 3)
+    assert "POSITIONAL JOIN" in red.sql() and red.plan().block_shape() == (4, 3)
     w1, w2 = rng.standard_normal((3, 5)), rng.standard_normal((5, 2))
     rel = s.einsum("kl,lm,mn->kn", red, w1, w2, strategy="none")
     assert _fused_nodes(rel)
@@ -176,7 +178,8 @@ def test_the_planner_prefers_one_block_for_small_trees(s, monkeypatch):
     assert len(fused.steps) == 8
     want = opt_einsum.contract(spec, *[o.astype(np.float64) for o in ops])
     np.testing.assert_allclose(rel.numpy(), want, rtol=1e-3, atol=1e-3 * np.abs(want).max())
-    monkeypatch.setattr(planning, "STEP_SECONDS", 0.0)  # no credit: the plan at p = 2 stays
+    monkeypatch.setattr(s.executor, "profile", dataclasses.replace(s.executor.profile, step_seconds=0.0))
+    # no credit: the plan at p = 2 stays
     assert s.einsum(spec, *ops).plan().info.p == 2
 
 
@@ -256,7 +259,7 @@ def test_a_fused_root_may_come_back_in_gemm_order(s):
     rng = np.random.default_rng(10)
     x, w, y = rng.standard_normal((64, 8)), rng.standard_normal((8, 64)), rng.standard_normal((64, 64))
     rel = s.einsum("ik,kl,jl->jil", x, w, y, strategy="none", optimize=["einsum_path", (0, 1), (0, 1)])
-    assert rel.session.gemm_order(rel.plan()) is not None
+    assert in_gemm_order(rel.plan(), rel.session.executor.profile) is not None
     got = rel.numpy()
     np.testing.assert_allclose(got, np.einsum("ik,kl,jl->jil", x, w, y), rtol=1e-10, atol=1e-10)
     (fused,) = _fused_nodes(rel)

@@ -7,9 +7,11 @@ import pathlib
 
 import pytest
 
-from tensorsql import expr as E
-from tensorsql import frontend, lower, sqlgen
-from tensorsql.subscripts import parse, split_args
+from tensorsql.backends.duckdb import costs, sqlgen
+from tensorsql.compile import lower, rewrite
+from tensorsql.frontend import numpy as frontend
+from tensorsql.frontend.subscripts import parse, split_args
+from tensorsql.ir import expr as E
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 
@@ -21,7 +23,7 @@ def src(name, shape, block_shape, dtype="float64"):
 def plan_sql(spec, *sources, **kw):
     inputs, output, _ = split_args([spec, *sources])
     node = frontend.build(parse(inputs, output, [x.shape for x in sources]), list(sources), **kw)
-    rel = lower.lower(node, lower.default_partitioning(node))
+    rel = rewrite.physical(lower.lower(node, lower.default_partitioning(node)), costs.PROFILE)
     return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
 
 
@@ -58,8 +60,11 @@ CASES = {
 def test_golden_sql(name):
     got = CASES[name]()
     path = GOLDEN / f"{name}.sql"
-    if os.environ.get("TENSORSQL_UPDATE_GOLDEN") or not path.exists():
+    if os.environ.get("TENSORSQL_UPDATE_GOLDEN"):
         path.write_text(got)
+    assert path.exists(), (
+        f"no golden file {path.name}: generate it with TENSORSQL_UPDATE_GOLDEN=1 and commit it"
+    )
     assert got == path.read_text(), (
         f"SQL for {name} changed; rerun with TENSORSQL_UPDATE_GOLDEN=1 if intended"
     )

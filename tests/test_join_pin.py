@@ -3,6 +3,7 @@ join, so the join does not buffer (copy) its small outputs; the list must stay b
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import duckdb
@@ -11,7 +12,6 @@ import pytest
 
 import tensorsql as ts
 import udf_kernels
-from tensorsql import sqlgen
 
 
 @pytest.fixture(scope="module")
@@ -23,11 +23,11 @@ def s():
 
 def test_tensor_pin_is_an_identity_on_lists(s):
     values = "([1, 2, 3]), ([]), (NULL), ([4, NULL, 6]), ([9223372036854775807])"
-    rows = s.con.execute(f"SELECT tensor_pin(v) FROM (VALUES {values}) t(v)").fetchall()
+    rows = s.executor.con.execute(f"SELECT tensor_pin(v) FROM (VALUES {values}) t(v)").fetchall()
     assert [r[0] for r in rows] == [[1, 2, 3], [], None, [4, None, 6], [9223372036854775807]]
-    many = s.con.execute("SELECT list(tensor_pin([i, i + 1]) ORDER BY i) FROM range(5000) r(i)").fetchall()[
-        0
-    ][0]
+    many = s.executor.con.execute(
+        "SELECT list(tensor_pin([i, i + 1]) ORDER BY i) FROM range(5000) r(i)"
+    ).fetchall()[0][0]
     assert many == [[i, i + 1] for i in range(5000)]
 
 
@@ -77,7 +77,7 @@ def test_a_small_join_pins_its_left_side_below_the_join(s):
     sql = rel.sql(pretty=False)
     assert 'tensor_pin([32, 48]) AS "__ts_shape"' in sql and '"x"."__ts_shape"' in sql
     np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-5, atol=1e-5)
-    plan = s.con.execute("EXPLAIN (FORMAT JSON) " + sql).fetchall()[0][1]
+    plan = s.executor.con.execute("EXPLAIN (FORMAT JSON) " + sql).fetchall()[0][1]
     assert _join_child_projects_pin(json.loads(plan)), "the optimizer lifted tensor_pin above the join"
 
 
@@ -96,7 +96,7 @@ def test_joins_of_many_pairs_are_not_pinned(s, monkeypatch):
     a = rng.standard_normal((32, 32))
     rel = _matmul(s, a, a, (4, 4), (4, 4))  # 8 x 8 x 8 = 512 pairs
     assert "tensor_pin" in rel.sql(pretty=False)
-    monkeypatch.setattr(sqlgen, "PIN_PAIRS", 512)
+    monkeypatch.setattr(s.executor, "profile", dataclasses.replace(s.executor.profile, pin_pairs=512))
     rel = _matmul(s, a, a, (4, 4), (4, 4))
     assert "tensor_pin" not in rel.sql(pretty=False)
     np.testing.assert_allclose(rel.numpy(), a @ a, rtol=1e-10, atol=1e-10)

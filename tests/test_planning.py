@@ -7,7 +7,8 @@ import pytest
 
 import planner as P
 import tensorsql as ts
-from tensorsql import planning
+from tensorsql.backends.duckdb import costs
+from tensorsql.compile import planning
 
 RNG = np.random.default_rng(3)
 
@@ -73,7 +74,7 @@ def test_planned_graph_matches_planner_partitions(s):
     ra, rb = s.from_numpy(a, blocks=(2, 1)), s.from_numpy(b, blocks=(1, 2))
     rel = s.einsum("ij,jk->ik", ra, rb, strategy="eindecomp")
     plan = rel.plan()
-    parts = plan.info.node_parts[id(rel.node)]
+    parts = plan.info.node_parts[rel.node]
     assert np.prod(list(parts.values())) >= 1
     assert rel.block_shape == tuple(-(-256 // parts.get(ch, 1)) for ch in "ik")
     np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-9)
@@ -122,11 +123,11 @@ def test_big_calls_run_as_one_threaded_gemm(s, monkeypatch):
     GEMM): a 1024^2 float32 matmul (2 GFLOP) is one block per operand, a 256^2 one keeps its row panels."""
     monkeypatch.delenv("TENSORSQL_COST_MODEL", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent-tensorsql-test")
-    assert planning.load_cost_model(2).split_flops == planning.SPLIT_FLOPS
+    assert planning.load_cost_model(2, costs.PROFILE).split_flops == costs.SPLIT_FLOPS
     big = np.zeros((1024, 1024), dtype=np.float32)
     rel = s.einsum("ij,jk->ik", big, big)
     assert rel.plan().info.p == 1
-    assert [rel.plan().info.input_blocks[id(x)] for x in rel.node.inputs] == [(1024, 1024), (1024, 1024)]
+    assert [rel.plan().block_shape(x) for x in rel.node.inputs] == [(1024, 1024), (1024, 1024)]
     small = s.einsum("ij,jk->ik", big[:256, :256], big[:256, :256])  # 34 MFLOP: split over the workers
     assert small.plan().info.p == 2
-    assert [small.plan().info.input_blocks[id(x)] for x in small.node.inputs] == [(128, 256), (256, 256)]
+    assert [small.plan().block_shape(x) for x in small.node.inputs] == [(128, 256), (256, 256)]

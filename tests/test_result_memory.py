@@ -7,8 +7,9 @@ import pyarrow as pa
 import pytest
 
 import tensorsql as ts
-from tensorsql import allocator
-from tensorsql import blocks as B
+from tensorsql.backends import arrow as B
+from tensorsql.backends.duckdb import allocator
+from tensorsql.compile import in_gemm_order
 
 
 @pytest.fixture(scope="module")
@@ -118,15 +119,15 @@ def test_allocator_tuning_is_idempotent_and_reversible(monkeypatch):
 @pytest.mark.parametrize("limit", [0, 1 << 40])
 def test_small_and_large_results_fetch_alike(s, monkeypatch, limit):
     """Small results come back as fetched rows, large ones through DuckDB's Arrow export."""
-    from tensorsql import session as S
+    from tensorsql.backends.duckdb import executor as X
 
-    monkeypatch.setattr(S, "SMALL_RESULT_BYTES", limit)
+    monkeypatch.setattr(X, "SMALL_RESULT_BYTES", limit)
     rng = np.random.default_rng(1)
     a = rng.standard_normal((50, 40)).astype(np.float32)
     b = rng.standard_normal((40, 30)).astype(np.float32)
     rel = s.einsum("ij,jk->ik", s.from_numpy(a, block_shape=(16, 40)), s.from_numpy(b), strategy="operands")
     np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-5)
-    table = s.run(rel.plan())
+    table = s.executor.run_arrow(rel.plan(), rel.bindings)
     assert table.column_names == ["k0", "k1", "tensor"]
     assert table.num_rows == 4
 
@@ -144,7 +145,7 @@ def test_interleaved_contraction_returns_a_view_of_the_gemm_order(arrow_s):
     got = rel.numpy()
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
     assert not got.flags.c_contiguous and got.base is not None
-    plan, perm = s.gemm_order(rel.plan())
+    plan, perm = in_gemm_order(rel.plan(), s.executor.profile)
     assert [plan.root.shape[p] for p in perm] == list(want.shape)
     table = rel.to_arrow()  # the stored form is in the requested label order
     np.testing.assert_allclose(
@@ -155,7 +156,9 @@ def test_interleaved_contraction_returns_a_view_of_the_gemm_order(arrow_s):
     np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
     small = s.einsum("bcgf,adeg->abcdef", x[:2], y[:2]).numpy()  # under 1 MiB: contiguous as computed
     assert small.flags.c_contiguous
-    assert s.gemm_order(s.einsum("ij,jk->ik", x[0, 0], y[0, 0]).plan()) is None  # already [M, N]
+    assert (
+        in_gemm_order(s.einsum("ij,jk->ik", x[0, 0], y[0, 0]).plan(), s.executor.profile) is None
+    )  # already [M, N]
 
 
 def test_gemm_order_prefers_the_orientation_whose_blocks_are_row_slabs(s):
@@ -168,9 +171,9 @@ def test_gemm_order_prefers_the_orientation_whose_blocks_are_row_slabs(s):
     rel = s.einsum(
         "iaecg,hfca->hgfei", s.from_numpy(x), s.from_numpy(y, block_shape=(20, 64, 5, 6)), strategy="operands"
     )
-    plan, perm = s.gemm_order(rel.plan())
+    plan, perm = in_gemm_order(rel.plan(), s.executor.profile)
     labels = plan.root.out_labels
-    assert plan.partitioning.block_shapes[id(plan.root)] == (20, 64, 8, 16, 8)  # [N, M]: h, f, i, e, g
+    assert plan.block_shape() == (20, 64, 8, 16, 8)  # [N, M]: h, f, i, e, g
     assert [plan.root.shape[p] for p in perm] == list(want.shape) and len(set(labels)) == 5
     got = rel.numpy()
     assert not got.flags.c_contiguous and got.base is not None and got.base.flags.c_contiguous
@@ -187,7 +190,7 @@ def test_gemm_order_keeps_row_slabs_of_the_requested_order(s):
     rel = s.einsum(
         "hde,chab->abcde", s.from_numpy(x), s.from_numpy(y, block_shape=(20, 16, 20, 25)), strategy="operands"
     )
-    assert s.gemm_order(rel.plan()) is None
+    assert in_gemm_order(rel.plan(), s.executor.profile) is None
     got = rel.numpy()
     assert got.flags.c_contiguous
     np.testing.assert_allclose(got, np.einsum("hde,chab->abcde", x, y), rtol=1e-4, atol=1e-4)

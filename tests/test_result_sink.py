@@ -10,7 +10,6 @@ import pyarrow as pa
 import pytest
 
 import tensorsql as ts
-from tensorsql import sqlgen
 from udf_kernels import sink as udf_sink
 
 
@@ -22,7 +21,7 @@ def s():
 
 
 def _sink_sql(rel) -> str:
-    return sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra))
+    return rel.session.executor.sink_text(rel.plan())
 
 
 def _rand(shape, dtype, rng):
@@ -119,7 +118,8 @@ def test_sinks_can_be_turned_off(s, monkeypatch):
     try:
         assert sess.result_sink is False
         x = np.arange(6.0).reshape(2, 3)
-        assert sess.run_into(sess.from_numpy(x).plan()) is None
+        assert sess.value(sess.from_numpy(x).plan(), {}) is not None
+        assert sess.result_sink is False
         np.testing.assert_array_equal(sess.from_numpy(x).numpy(), x)
     finally:
         sess.close()
@@ -128,12 +128,14 @@ def test_sinks_can_be_turned_off(s, monkeypatch):
 def test_a_key_that_was_not_handed_out_is_refused(s):
     blob = np.zeros(3, np.float32).tobytes()
     with pytest.raises(duckdb.Error, match="no result sink with key 77"):
-        s.con.execute("SELECT tensor_sink_write(77, [0], 'float32', ?, [3])", [blob]).fetchall()
+        s.executor.con.execute("SELECT tensor_sink_write(77, [0], 'float32', ?, [3])", [blob]).fetchall()
     out = np.zeros((2, 3), np.float32)
-    with udf_sink.Sink(s._kernels, out) as key:
+    with udf_sink.Sink(s.executor.kernels, out) as key:
         pass
     with pytest.raises(duckdb.Error, match=f"no result sink with key {key}"):  # closed
-        s.con.execute("SELECT tensor_sink_write(?, [0, 0], 'float32', ?, [1, 3])", [key, blob]).fetchall()
+        s.executor.con.execute(
+            "SELECT tensor_sink_write(?, [0, 0], 'float32', ?, [1, 3])", [key, blob]
+        ).fetchall()
 
 
 @pytest.mark.parametrize(
@@ -149,8 +151,8 @@ def test_writes_are_bounds_checked(s, start, shape, dtype, match):
     out = np.zeros((2, 3), np.float32)
     blob = np.ones(3, np.dtype(dtype)).tobytes()
     query = "SELECT tensor_sink_write(?, ?::BIGINT[], ?, ?, ?::BIGINT[])"
-    with udf_sink.Sink(s._kernels, out) as key, pytest.raises(duckdb.Error, match=match):
-        s.con.execute(query, [key, start, dtype, blob, shape]).fetchall()
+    with udf_sink.Sink(s.executor.kernels, out) as key, pytest.raises(duckdb.Error, match=match):
+        s.executor.con.execute(query, [key, start, dtype, blob, shape]).fetchall()
     assert not out.any()
 
 
@@ -158,13 +160,13 @@ def test_einsum_into_checks_the_block_against_the_sink(s):
     out = np.zeros((2, 2), np.float32)
     x = np.ones((2, 3), np.float32).tobytes()
     y = np.ones((3, 2), np.float32).tobytes()
-    with udf_sink.Sink(s._kernels, out) as key:
+    with udf_sink.Sink(s.executor.kernels, out) as key:
         args = "(?, [1, 0], 'ab,bc->ac', 'multiply', 'sum', 'float32', ?, [2, 3], ?, [3, 2])"
         for fn in ("tensor_einsum_into", "tensor_einsum_agg_into"):
             with pytest.raises(duckdb.Error, match="does not fit in the sink's shape"):
-                s.con.execute("SELECT " + fn + args, [key, x, y]).fetchall()
+                s.executor.con.execute("SELECT " + fn + args, [key, x, y]).fetchall()
         assert not out.any()
-        n = s.con.execute(
+        n = s.executor.con.execute(
             "SELECT tensor_einsum_agg_into(?, [0, 0], 'ab,bc->ac', 'multiply', 'sum', 'float32', x, [2, 3], "
             "?, [3, 2]) FROM (VALUES (?), (?)) t(x)",
             [key, y, x, x],
@@ -175,9 +177,9 @@ def test_einsum_into_checks_the_block_against_the_sink(s):
 
 def test_the_sink_refuses_what_it_cannot_hold(s):
     with pytest.raises(ValueError, match="one of float32"):
-        udf_sink.Sink(s._kernels, np.zeros(3, np.float16))
+        udf_sink.Sink(s.executor.kernels, np.zeros(3, np.float16))
     with pytest.raises(ValueError, match="writable C-contiguous"):
-        udf_sink.Sink(s._kernels, np.zeros((3, 4))[:, ::2])
+        udf_sink.Sink(s.executor.kernels, np.zeros((3, 4))[:, ::2])
 
 
 def test_concurrent_sessions_write_their_own_results():
@@ -256,7 +258,7 @@ def test_single_block_sides_pair_by_position(s):
         np.testing.assert_allclose(step2.numpy(), want, rtol=1e-10, atol=1e-10)
         table = step2.to_arrow()
         assert table.column("tensor").null_count == 0 and table.column("k0").null_count == 0
-        from tensorsql import blocks as B
+        from tensorsql.backends import arrow as B
 
         np.testing.assert_allclose(
             B.assemble(table, want.shape, step2.block_shape, "float64"), want, atol=1e-10
@@ -305,12 +307,17 @@ def test_a_plan_run_again_is_prepared_once(s):
     rel = s.einsum("ij,jk->ik", a, b)
     for _ in range(3):
         np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-12, atol=1e-12)
-    name = rel.plan()._sink["name"]
-    prepared = [r[0] for r in s.con.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()]
+    name = s.executor._statements[rel.plan()].prepared
+    assert name is not None
+    prepared = [
+        r[0] for r in s.executor.con.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()
+    ]
     assert name in prepared
     del rel
     gc.collect()
-    prepared = [r[0] for r in s.con.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()]
+    prepared = [
+        r[0] for r in s.executor.con.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()
+    ]
     assert name not in prepared
 
 
@@ -320,8 +327,8 @@ def test_a_prepared_plan_whose_table_changed_still_runs(s):
     rel = s.map(s.table("prep_src"), "square")
     for _ in range(2):
         np.testing.assert_array_equal(rel.numpy(), x * x)
-    s.con.execute("DROP TABLE prep_src")
-    s.con.execute(
+    s.executor.con.execute("DROP TABLE prep_src")
+    s.executor.con.execute(
         "CREATE TABLE prep_src AS SELECT 0::INTEGER AS k0, 0::INTEGER AS k1, ?::BLOB AS tensor", [x.tobytes()]
     )
     np.testing.assert_array_equal(rel.numpy(), x * x)

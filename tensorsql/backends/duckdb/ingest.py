@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from sqlglot import exp
 
-from tensorsql import blocks as B
-from tensorsql import sqlgen
-from tensorsql import tra as T
-from tensorsql.sqlgen import call, col, ident, lit
+from tensorsql.backends.duckdb import sqlgen
+from tensorsql.backends.duckdb.sqlgen import call, col, ident, lit
+from tensorsql.ir import blocking as B
+from tensorsql.ir import tra as T
 
 
 def _rows(parsed: exp.Query, r: int) -> exp.Select:

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 import opt_einsum
 
-from tensorsql import expr as E
 from tensorsql.dtypes import DTYPES, dtype_name, is_complex, is_integer
 from tensorsql.errors import DTypeError, EinsumError, OperatorError
-from tensorsql.subscripts import Subscripts, label_name
+from tensorsql.frontend.subscripts import Subscripts, label_name
+from tensorsql.ir import expr as E
 
 
 def check_ops(join: str, agg: str, dtype: str) -> None:

@@ -1,5 +1,9 @@
 """TRA plan -> sqlglot AST (DuckDB dialect). SQL text is produced only by :func:`sql_text`.
 
+Physical choices (join methods, pins, padding) are already fields of the TRA nodes (``compile.rewrite``);
+this module only spells them. CTE names come from a name generator (``Names``), so the statement can be
+spliced into a user's own; array operands (``T.Input``) are rendered by the executor's ``bind`` callback.
+
 Each TRA node becomes a CTE, except that an Aggregate absorbs the row-wise node below it, so a
 contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.tensor, ..., y.tensor, ...)
 ... GROUP BY`` (the fused form of ``tensor_<agg>(tensor_einsum(...))``).
@@ -7,12 +11,15 @@ contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.te
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
 
-from tensorsql import tra as T
+from tensorsql.errors import PlanError
+from tensorsql.ir import tra as T
 
 AGG_FUNCS = {"sum": "tensor_sum", "max": "tensor_max", "min": "tensor_min", "prod": "tensor_prod"}
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -69,8 +76,6 @@ def spec(*terms: tuple[str, ...]) -> str:
         for lab in term:
             if lab not in letters:
                 if len(letters) == len(_LETTERS):
-                    from tensorsql.errors import PlanError
-
                     raise PlanError("one block kernel call would need more than 52 distinct labels")
                 letters[lab] = _LETTERS[len(letters)]
     parts = ["".join(letters[lab] for lab in t) for t in terms]
@@ -102,21 +107,52 @@ class Row:
     tensor: exp.Expression
 
 
+class Names:
+    """Fresh CTE names: ``prefix`` + a counter, skipping names the caller reserves (the tables of a user's
+    statement the generated SQL is spliced into)."""
+
+    def __init__(self, prefix: str = "t", reserved: set[str] | None = None) -> None:
+        self.prefix = prefix
+        self.reserved = {r.lower() for r in reserved or ()}
+        self._counter = itertools.count()
+
+    def fresh(self) -> str:
+        while True:
+            name = f"{self.prefix}{next(self._counter)}"
+            if name.lower() not in self.reserved:
+                return name
+
+
+#: how an executor renders array operand ``T.Input``: a table or view name, or a query that becomes a CTE
+Bind = Callable[[T.Input], "str | exp.Select"]
+
+
+def _unbound(rel: T.Input) -> str:
+    raise PlanError(f"operand {rel.name!r} (#{rel.index}) has no binding in this statement")
+
+
 class _Builder:
-    def __init__(self) -> None:
+    def __init__(self, names: Names | None = None, bind: Bind | None = None) -> None:
         self.ctes: list[tuple[str, exp.Select]] = []
-        self.names: dict[int, str] = {}
-        #: a positional join may have padded its output with NULL rows (see pair)
-        self.padded = False
+        self.refs: dict[T.Rel, str] = {}
+        self.names = names or Names()
+        self.bind = bind or _unbound
 
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
             return rel.table
-        if id(rel) not in self.names:
-            query = self.select(rel)
-            self.names[id(rel)] = f"t{len(self.ctes)}"
-            self.ctes.append((self.names[id(rel)], query))
-        return self.names[id(rel)]
+        if rel not in self.refs:
+            if isinstance(rel, T.Input):
+                bound = self.bind(rel)
+                if isinstance(bound, str):
+                    self.refs[rel] = bound
+                    return bound
+                query = bound
+            else:
+                query = self.select(rel)
+            self.refs[rel] = self.names.fresh()
+            self.ctes.append((self.refs[rel], query))
+        return self.refs[rel]
 
     def src(self, rel: T.Rel, alias: str) -> Src:
         if isinstance(rel, T.Relabel):
@@ -159,7 +195,7 @@ class _Builder:
         if isinstance(rel, T.Join):
             x, y = rel.left.schema, rel.right.schema
             sx, sy = self.src(rel.left, "x"), self.src(rel.right, "y")
-            q = self.pair(sx, rel.left, sy, rel.right)
+            q = self.pair(rel, sx, sy)
             keys = {k: (sx.cols[k] if k in sx.cols else sy.cols[k]).copy() for k in s.keys}
             tensor = call(
                 "tensor_einsum",
@@ -214,7 +250,6 @@ class _Builder:
         side by side (POSITIONAL JOIN). Over stored tables DuckDB reads them as one positional scan, which
         copies no block; a cross product would materialize every input but one (~0.6 GB/s measured). An input
         without its block (no row, or a NULL padding row) makes the result NULL: an absent block."""
-        self.padded = True
         srcs = [self.src(child, f"x{i}") for i, child in enumerate(rel.children)]
         shapes = [lit(child.schema.sizes[k]) for child in rel.children for k in child.schema.blob]
         q = exp.select().from_(srcs[0].table)
@@ -230,33 +265,20 @@ class _Builder:
         )
         return Row(q, keys, tensor)
 
-    def pair(self, sx: Src, left: T.Rel, sy: Src, right: T.Rel) -> exp.Select:
-        """The FROM clause that pairs the blocks of a join's two sides.
-
-        When one side is a single block at most half the size of the other side's blocks, every shared key
-        is 0 on both sides and there is nothing to match: that block is paired with each row of the other
-        side by position (``_positional``), which copies no blob of the other side. The other side's row
-        count is counted for a stored table and bounded by its block grid for a computed one (exact unless
-        an input lacks blocks: then the padding rows carry NULL keys and blocks, which every consumer
-        skips).
-        """
-        single = [(src, rel, math.prod(rel.schema.blocks.values())) for src, rel in ((sx, left), (sy, right))]
-        single = [item for item in single if _single_block(item[1].schema)]
-        if len(single) == 2 and not sx.where and not sy.where:
-            # one block a side, so at most one row a side: side by side, which over stored tables DuckDB
-            # reads as one positional scan that copies neither block (a hash join copies its build side:
-            # ~15 ms for a 64 MiB block). A side without its block leaves a NULL row (see ``to_ast``).
-            self.padded = True
+    def pair(self, join: T.Join, sx: Src, sy: Src) -> exp.Select:
+        """The FROM clause that pairs the blocks of a join's two sides, by the join's method
+        (``T.JOIN_METHODS``, chosen by ``compile.rewrite.choose_join``)."""
+        left, right = join.left, join.right
+        if join.method == "side_by_side":
+            # at most one row a side: over stored tables DuckDB reads them as one positional scan that copies
+            # neither block (a hash join copies its build side: ~15 ms for a 64 MiB block)
             return exp.select().from_(sx.table).join(exp.Join(this=sy.table, method="POSITIONAL"), copy=False)
-        if single:
-            small, _, small_elems = min(single, key=lambda item: item[2])
-            big, big_rel = (sy, right) if small is sx else (sx, left)
-            # the positional join materializes its repeated side (~1.5 GB/s here), the hash join's output
-            # buffer copies both sides (~4 GB/s): by position only when the single block is the small one
-            if not big.where and 2 * small_elems <= math.prod(big_rel.schema.blocks.values()):
-                return _positional(small, big, self.rows(big, big_rel))
-        grid = {k: rel.schema.nblocks(k) for rel in (left, right) for k in rel.schema.keys}
-        if math.prod(grid.values()) < PIN_PAIRS:  # pairs of the join: pin one side (see ``_pin``)
+        if join.method in ("repeat_left", "repeat_right"):
+            small, big, big_rel = (sx, sy, right) if join.method == "repeat_left" else (sy, sx, left)
+            return _positional(small, big, self.rows(big, big_rel))
+        if join.method != "hash":
+            raise TypeError(f"unhandled join method {join.method!r}")
+        if join.pin:
             _pin(sx, left.schema)
         q = exp.select().from_(sx.table)
         shared = [k for k in left.schema.keys if k in right.schema.keys]
@@ -270,12 +292,12 @@ class _Builder:
         return q
 
     def rows(self, src: Src, rel: T.Rel) -> exp.Expression:
-        """How many rows a join side has: counted for a stored table; for a computed one, its block grid
-        (more when an input lacks blocks: the positional join then pads, see ``to_ast``)."""
+        """How many rows a join side has: counted for a stored table (which may lack blocks); for an array
+        operand or a computed side, its block grid (more than its rows when an input lacks blocks: the
+        positional join then pads, see ``to_ast``)."""
         if isinstance(rel, T.Scan) or (isinstance(rel, T.Relabel) and isinstance(rel.child, T.Scan)):
             count = exp.select(exp.Count(this=exp.Star())).from_(exp.Table(this=src.table.this.copy()))
             return exp.Subquery(this=count)
-        self.padded = True
         return lit(math.prod(rel.schema.nblocks(k) for k in rel.schema.keys))
 
     def aggregate(self, rel: T.Aggregate, rename: dict[str, str] | None = None) -> exp.Select:
@@ -383,12 +405,6 @@ def _filtered(src: Src, *cols: exp.Expression) -> exp.Select:
     return q
 
 
-def _single_block(schema: T.Schema) -> bool:
-    return all(schema.blocks[k] >= schema.sizes[k] for k in schema.keys)
-
-
-#: joins of fewer block pairs than this compute their left side's block shapes on that side (``_pin``)
-PIN_PAIRS = 4096
 PIN_COL = "__ts_shape"
 
 
@@ -423,8 +439,11 @@ def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:
     return exp.select().from_(big.table.copy()).join(join, copy=False)
 
 
-def _sink_key() -> exp.Expression:
-    """The sink key, a parameter of the statement (its text stays the same from one run to the next)."""
+def _sink_key(key: int | None) -> exp.Expression:
+    """The sink key: a literal (a reusable slot the executor re-points per run), or the statement's
+    parameter (its text stays the same from one run to the next)."""
+    if key is not None:
+        return exp.Cast(this=lit(key), to=exp.DataType.build("BIGINT"))
     return exp.Cast(this=exp.Placeholder(), to=exp.DataType.build("BIGINT"))
 
 
@@ -433,7 +452,7 @@ def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression
     return array([exp.Mul(this=cols[lab].copy(), expression=lit(schema.blocks[lab])) for lab in schema.blob])
 
 
-def _sink_rows(b: _Builder, root: T.Rel) -> exp.Select:
+def _sink_rows(b: _Builder, root: T.Rel, key: int | None) -> exp.Select:
     """One row per result block, each block written into the result sink (``written``: its elements).
 
     The root contraction (Positional over a fused Aggregate over a Join) writes from the kernel: as a scalar
@@ -445,12 +464,12 @@ def _sink_rows(b: _Builder, root: T.Rel) -> exp.Select:
     written = ident("written")
     if isinstance(root, T.Fused):
         row = b.fused(root)
-        args = [_sink_key(), _starts(root.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
+        args = [_sink_key(key), _starts(root.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
         return row.source.select(exp.alias_(call("tensor_einsum_path_into", *args), written), copy=False)
     agg = root.child if isinstance(root, T.Positional) else None
     row = b.row(agg.child) if isinstance(agg, T.Aggregate) and isinstance(agg.child, T.Join) else None
     if row is not None and _fused(agg, row):
-        args = [_sink_key(), _starts(agg.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
+        args = [_sink_key(key), _starts(agg.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
         js = agg.child.schema
         if all(js.blocks[lab] >= js.sizes[lab] for lab in js.keys if lab not in agg.schema.keys):
             return row.source.select(exp.alias_(call("tensor_einsum_into", *args), written), copy=False)
@@ -459,18 +478,20 @@ def _sink_rows(b: _Builder, root: T.Rel) -> exp.Select:
     s = root.schema
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)
-    tensor = call("tensor_sink_write", _sink_key(), starts, lit(s.dtype), col("c", "tensor"), shape)
+    tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), col("c", "tensor"), shape)
     return exp.select(exp.alias_(tensor, written)).from_(table(b.ref(root), "c"))
 
 
-def to_sink_ast(root: T.Rel) -> exp.Select:
+def to_sink_ast(
+    root: T.Rel, *, key: int | None = None, names: Names | None = None, bind: Bind | None = None
+) -> exp.Select:
     """The plan as one statement that writes every result block into a result sink (a C-contiguous array
-    the caller registered; its key is the statement's one parameter) and returns (blocks, elements)
-    written, for a completeness check."""
+    the caller registered: ``key``, or the statement's one parameter when None) and returns (blocks,
+    elements) written, for a completeness check."""
     if len(set(root.schema.blob)) != len(root.schema.blob):
         raise TypeError("a result sink needs one blob label per dimension")
-    b = _Builder()
-    rows = _sink_rows(b, root)
+    b = _Builder(names, bind)
+    rows = _sink_rows(b, root, key)
     w = col("w", "written")
     q = exp.select(
         exp.alias_(exp.Count(this=w), ident("blocks")), exp.alias_(exp.Sum(this=w.copy()), ident("elements"))
@@ -480,13 +501,13 @@ def to_sink_ast(root: T.Rel) -> exp.Select:
     return q
 
 
-def to_ast(root: T.Rel) -> exp.Select:
+def to_ast(root: T.Rel, *, names: Names | None = None, bind: Bind | None = None) -> exp.Select:
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
     rows a positional join may leave, so results and saved tables hold real blocks only)."""
-    b = _Builder()
+    b = _Builder(names, bind)
     name = b.ref(root)
     q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
-    if b.padded:
+    if T.may_pad(root):
         q = q.where(
             exp.Not(this=exp.Is(this=exp.column("tensor", quoted=True), expression=exp.Null())), copy=False
         )

@@ -1,59 +1,17 @@
-"""numpy <-> blocked Arrow tables: splitting an array into blocks and assembling blocks back."""
+"""numpy <-> blocked Arrow tables (the tensor-relation format in Arrow): split an array into blocks, assemble
+blocks back. Shared by every executor: Arrow is how blocks enter and leave an engine."""
 
 from __future__ import annotations
 
 import json
 import math
-import operator
-from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import KernelError, ShapeError
-
-#: default block size target in elements (4 MiB of float32): big enough that per-block overhead is
-#: small, small enough that a 2-core machine gets several blocks to work on.
-DEFAULT_BLOCK_ELEMENTS = 1 << 20
-
-
-def default_block_shape(shape: tuple[int, ...], target: int = DEFAULT_BLOCK_ELEMENTS) -> tuple[int, ...]:
-    block = [max(1, n) for n in shape]
-    while int(np.prod(block)) > target:
-        i = int(np.argmax(block))
-        block[i] = -(-block[i] // 2)
-    return tuple(block)
-
-
-def resolve_block_shape(
-    shape: tuple[int, ...], block_shape: Sequence[int] | None, blocks: Sequence[int] | None, what: str
-) -> tuple[int, ...]:
-    """The block shape from exactly one of ``block_shape`` / ``blocks`` (parts per dim), or the default."""
-    if block_shape is not None and blocks is not None:
-        raise ShapeError(f"{what}: give block_shape or blocks, not both")
-    if block_shape is None and blocks is None:
-        return default_block_shape(shape)
-    given = block_shape if block_shape is not None else blocks
-    kind = "block_shape" if block_shape is not None else "blocks"
-    try:
-        vals = tuple(operator.index(v) for v in given)  # type: ignore[union-attr]
-    except TypeError as exc:
-        raise ShapeError(f"{what}: {kind}={given!r} is not a sequence of ints") from exc
-    if len(vals) != len(shape):
-        raise ShapeError(f"{what}: {kind}={vals} has {len(vals)} entries but the tensor has shape {shape}")
-    for d, (v, n) in enumerate(zip(vals, shape, strict=True)):
-        if v < 1:
-            raise ShapeError(f"{what}: {kind}[{d}]={v} must be >= 1 (dimension {d} has size {n})")
-        if kind == "blocks" and v > max(n, 1):
-            raise ShapeError(f"{what}: blocks[{d}]={v} parts exceed dimension {d}'s size {n}")
-    if kind == "blocks":
-        return tuple(max(1, -(-n // v)) for n, v in zip(shape, vals, strict=True))
-    return tuple(min(v, max(n, 1)) for v, n in zip(vals, shape, strict=True))
-
-
-def grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-n // b) for n, b in zip(shape, block_shape, strict=True))
+from tensorsql.ir.blocking import grid
 
 
 def metadata(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> dict[bytes, bytes]:

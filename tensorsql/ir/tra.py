@@ -41,7 +41,25 @@ class Rel:
 
 @dataclass(frozen=True, eq=False)
 class Scan(Rel):
+    """A stored relation (a table or view the executor knows by name)."""
+
     table: str
+
+
+@dataclass(frozen=True, eq=False)
+class Input(Rel):
+    """Operand ``index`` of the plan (``Plan.operands``), in positional keys: data the executor binds at run
+    time (an uploaded view, or an array lent to the query), so one plan serves many calls."""
+
+    index: int
+    name: str
+
+
+#: how a Join pairs its sides' blocks (set by ``compile.rewrite.choose_joins``, read by SQL generation):
+#: hash = equi-join on the shared keys (a cross join when there are none); side_by_side = both sides are one
+#: block, read by position; repeat_left / repeat_right = that side is one small block, repeated beside every
+#: row of the other side
+JOIN_METHODS = ("hash", "side_by_side", "repeat_left", "repeat_right")
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +85,12 @@ class Join(Rel):
     right: Rel
     join: str
     agg: str
+    #: physical choices, fixed by rewrite passes before SQL generation (see JOIN_METHODS)
+    method: str = "hash"
+    #: the left side computes its block shapes below the join (``tensor_pin``: no copy of each joined pair)
+    pin: bool = False
+    #: the output may hold padding rows (NULL keys and block) that every consumer skips
+    padded: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,7 +141,7 @@ class Fused(Rel):
 
 
 def inputs(rel: Rel) -> tuple[Rel, ...]:
-    if isinstance(rel, Scan):
+    if isinstance(rel, Scan | Input):
         return ()
     if isinstance(rel, Fused):
         return rel.children
@@ -126,6 +150,28 @@ def inputs(rel: Rel) -> tuple[Rel, ...]:
     if isinstance(rel, Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional):
         return (rel.child,)
     raise TypeError(f"unhandled TRA node {type(rel).__name__}")
+
+
+def counted(rel: Rel) -> bool:
+    """A side whose rows are the stored relation's rows (SQL generation counts them for a repeat)."""
+    return isinstance(rel, Scan | Input) or (
+        isinstance(rel, Relabel) and isinstance(rel.child, Scan | Input)
+    )
+
+
+def may_pad(rel: Rel) -> bool:
+    """Whether any step may leave padding rows (the final SELECT then drops them)."""
+    seen: set[Rel] = set()
+    stack = [rel]
+    while stack:
+        r = stack.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if isinstance(r, Fused) or (isinstance(r, Join) and r.padded):
+            return True
+        stack.extend(inputs(r))
+    return False
 
 
 def render(rel: Rel) -> str:
@@ -140,8 +186,11 @@ def render(rel: Rel) -> str:
             return f"Scan {r.table} {base}"
         if isinstance(r, Relabel):
             return f"Relabel -> ({', '.join(r.labels)}) {base}"
+        if isinstance(r, Input):
+            return f"Input #{r.index} {r.name} {base}"
         if isinstance(r, Join):
-            return f"Join join={r.join} agg={r.agg} {base}"
+            phys = f" method={r.method}" + (" pin" if r.pin else "") + (" padded" if r.padded else "")
+            return f"Join join={r.join} agg={r.agg}{phys} {base}"
         if isinstance(r, Aggregate | Unary):
             return f"{type(r).__name__} agg={r.agg} {base}"
         if isinstance(r, MapBlocks):
@@ -153,14 +202,14 @@ def render(rel: Rel) -> str:
             return f"Fused steps=[{steps}] {base}"
         return f"{type(r).__name__} {base}"
 
-    seen: dict[int, int] = {}
+    seen: dict[Rel, int] = {}
 
     def walk(r: Rel, depth: int) -> None:
-        if id(r) in seen:  # a DAG: a shared input is computed once, printed once
-            lines.append("  " * depth + f"-> #{seen[id(r)]} (shared)")
+        if r in seen:  # a DAG: a shared input is computed once, printed once
+            lines.append("  " * depth + f"-> #{seen[r]} (shared)")
             return
-        seen[id(r)] = len(seen) + 1
-        lines.append("  " * depth + f"#{seen[id(r)]} " + detail(r))
+        seen[r] = len(seen) + 1
+        lines.append("  " * depth + f"#{seen[r]} " + detail(r))
         for c in inputs(r):
             walk(c, depth + 1)
 

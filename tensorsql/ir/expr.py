@@ -1,6 +1,7 @@
 """The expression graph: immutable nodes, one per tensor-valued step (the EinGraph).
 
-Nodes compare by identity (``eq=False``) so a node used twice is one vertex of a DAG.
+Nodes compare and hash by identity (``eq=False``), so a node used twice is one vertex of a DAG and side
+tables key on the nodes themselves (which keeps them alive; ``id()`` would not).
 """
 
 from __future__ import annotations
@@ -26,6 +27,17 @@ class Source(Node):
 
     table: str
     block_shape: tuple[int, ...]
+
+
+@dataclass(frozen=True, eq=False)
+class Operand(Node):
+    """An array operand of a call, bound to data only when the plan runs (``bindings``).
+
+    Free to split: the executor uploads (or lends) it in whatever blocking the plan reads it with, so a call
+    plans once and uploads after, and a cached plan runs again on new arrays of the same shape and dtype.
+    """
+
+    name: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,7 +74,7 @@ class Reblock(Node):
 
 
 def children(node: Node) -> tuple[Node, ...]:
-    if isinstance(node, Source):
+    if isinstance(node, Source | Operand):
         return ()
     if isinstance(node, EinSum):
         return node.inputs
@@ -74,16 +86,16 @@ def children(node: Node) -> tuple[Node, ...]:
 def topological(root: Node) -> list[Node]:
     """Nodes reachable from root, inputs before consumers, each once."""
     order: list[Node] = []
-    seen: set[int] = set()
+    seen: set[Node] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
     while stack:
         node, done = stack.pop()
         if done:
             order.append(node)
             continue
-        if id(node) in seen:
+        if node in seen:
             continue
-        seen.add(id(node))
+        seen.add(node)
         stack.append((node, True))
-        stack.extend((c, False) for c in reversed(children(node)) if id(c) not in seen)
+        stack.extend((c, False) for c in reversed(children(node)) if c not in seen)
     return order

@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import threading
 
 import duckdb
 from sqlglot import exp
 
+from tensorsql.backends.base import CatalogEntry
+from tensorsql.backends.duckdb.sqlgen import ident, lit, sql_text
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import CatalogError, TableNotFoundError
-from tensorsql.sqlgen import ident, lit, sql_text
 
 CATALOG = "tensorsql_catalog"
 FORMAT_VERSION = 1
 _COLUMNS = ("name", "dtype", "shape", "block_shape", "format_version")
 
 
-@dataclass(frozen=True)
-class Entry:
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    block_shape: tuple[int, ...]
+Entry = CatalogEntry
 
 
 def _rows(con: duckdb.DuckDBPyConnection, query: exp.Expression) -> list[tuple]:
@@ -110,3 +106,36 @@ def names(con: duckdb.DuckDBPyConnection) -> list[str]:
         return []
     q = exp.select("name").from_(exp.Table(this=ident(CATALOG))).order_by("name")
     return [r[0] for r in _rows(con, q)]
+
+
+def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    q = (
+        exp.select(exp.Count(this=exp.Star()))
+        .from_("information_schema.tables")
+        .where(exp.EQ(this=exp.column("table_name"), expression=lit(name)))
+    )
+    return bool(_rows(con, q)[0][0])
+
+
+class DuckDBCatalog:
+    """The ``Catalog`` of one DuckDB connection (the executor's lock serializes it with queries)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock) -> None:
+        self._con = con
+        self._lock = lock
+
+    def get(self, name: str) -> Entry:
+        with self._lock:
+            return get(self._con, name)
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return names(self._con)
+
+    def exists(self, name: str) -> bool:
+        with self._lock:
+            return table_exists(self._con, name)
+
+    def put(self, entry: Entry) -> None:
+        with self._lock:
+            put(self._con, entry)

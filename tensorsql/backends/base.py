@@ -1,0 +1,88 @@
+"""The executor seam: what the facade (``Session``) needs from an engine, and the engine's planning terms.
+
+An executor receives finished plans (``compile.plan.Plan``) and runs them; it never plans. The embedded
+DuckDB executor (``backends.duckdb``) is the first implementation; a cluster and GPU executors implement the
+same protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import numpy as np
+    import pyarrow as pa
+
+    from tensorsql.compile.plan import Plan
+    from tensorsql.ir import expr as E
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """Costs and limits of an engine that planning and the physical passes take into account.
+
+    join_byte: seconds per byte a join or aggregation hands through the engine (memory speed, one thread);
+    split_flops: flops per worker from which one kernel call parallelizes itself (fewer, larger blocks lose
+    nothing); step_seconds: what a contraction costs as a query step of its own beyond its kernel work (what
+    fusing it saves); pin_pairs: joins of fewer block pairs pin their left side's block shapes (a DuckDB
+    join-buffer workaround); side_joins: whether one-block sides may be paired by position.
+    """
+
+    join_byte: float
+    split_flops: float
+    step_seconds: float
+    pin_pairs: int = 0
+    side_joins: bool = False
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    block_shape: tuple[int, ...]
+
+
+#: operand bindings of one run: each Operand leaf of the plan -> the array it stands for
+Bindings = Mapping["E.Operand", "np.ndarray"]
+
+
+@runtime_checkable
+class Catalog(Protocol):
+    """Named, stored tensor relations and their metadata."""
+
+    def get(self, name: str) -> CatalogEntry: ...
+    def names(self) -> list[str]: ...
+    def exists(self, name: str) -> bool: ...
+
+
+@runtime_checkable
+class KernelSet(Protocol):
+    """The block kernels an engine runs: where they come from and the functions they provide."""
+
+    def functions(self) -> list[str]: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs finished plans. ``workers`` is the parallelism the planner aims its kernel calls at."""
+
+    name: str
+    profile: EngineProfile
+    catalog: Catalog
+
+    @property
+    def workers(self) -> int: ...
+    def upload(self, table: pa.Table) -> str: ...
+    def release(self, name: str) -> None: ...
+    def run_arrow(self, plan: Plan, bindings: Bindings) -> pa.Table: ...
+    def run_into(self, plan: Plan, bindings: Bindings, out: np.ndarray) -> bool: ...
+    def store(self, plan: Plan, bindings: Bindings, name: str | None, *, replace: bool = False) -> str: ...
+    def drop(self, name: str) -> None: ...
+    def text(self, plan: Plan) -> str: ...
+    def close(self) -> None: ...
+
+
+__all__ = ["Bindings", "Catalog", "CatalogEntry", "EngineProfile", "Executor", "KernelSet"]

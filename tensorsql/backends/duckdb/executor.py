@@ -1,0 +1,445 @@
+"""The embedded DuckDB executor: one in-process DuckDB with the kernel extension loaded.
+
+It runs finished plans (``compile.plan.Plan``); it never plans. Per plan it keeps its own state in a weak
+table: the generated statements, the prepared statement, and how each array operand reaches the query:
+- a small one-block operand is *lent*: a reusable slot of the extension's C ABI points at the caller's array
+  for one run, and the statement reads it with ``tensor_source(<slot key>)`` (one memcpy, no DDL, no Arrow);
+- any other operand is split into an Arrow table (``backends.arrow.split``, zero-copy where the blocking
+  allows) and registered as a view under a name fixed for the plan.
+The result comes back through a result sink (the kernels write into the caller's array) or through Arrow.
+From a statement's second run on it is PREPAREd and then EXECUTEd: binding and planning a statement of
+several CTEs costs DuckDB milliseconds, as much as the kernels of a small einsum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import threading
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+from sqlglot import exp
+
+import udf_kernels
+from tensorsql.backends import arrow
+from tensorsql.backends.base import CatalogEntry
+from tensorsql.backends.duckdb import allocator, costs, ingest, sqlgen, statements
+from tensorsql.backends.duckdb.catalog import DuckDBCatalog
+from tensorsql.backends.duckdb.errors import wrap, wrap_connect
+from tensorsql.compile.plan import Plan
+from tensorsql.dtypes import DTYPES
+from tensorsql.errors import ConfigError, ExtensionError, ShapeError, SQLExecutionError
+from tensorsql.ir import expr as E
+from tensorsql.ir import tra as T
+from udf_kernels import sink as udf_sink
+
+log = logging.getLogger("tensorsql")
+
+#: results up to this many bytes are fetched as rows rather than through an Arrow export
+SMALL_RESULT_BYTES = 1 << 18
+#: one-block array operands up to this many bytes are lent through a slot (one copy into a DuckDB blob);
+#: bigger ones are registered as Arrow views, which DuckDB reads in place
+SLOT_BYTES = 1 << 20
+
+_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class _Statement:
+    """The executor's state for one plan: operand bindings, generated text, prepared statement."""
+
+    views: list[str | None]
+    slots: list[object | None]
+    sink_slot: object | None = None
+    text: dict[str, str] = field(default_factory=dict)
+    runs: int = 0
+    prepared: str | None = None
+    unpreparable: bool = False
+
+
+class DuckDBExecutor:
+    """An embedded DuckDB (``:memory:`` or a file) with the kernels loaded."""
+
+    name = "duckdb"
+    profile = costs.PROFILE
+
+    def __init__(
+        self, database: str = ":memory:", *, threads: int | None = None, read_only: bool = False
+    ) -> None:
+        if allocator.enabled_by_env():
+            allocator.tune()
+        config = {"allow_unsigned_extensions": "true"}
+        if threads is not None:
+            if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+                raise ConfigError(f"threads={threads!r} must be a positive int")
+            config["threads"] = str(threads)
+        if not isinstance(read_only, bool):
+            raise ConfigError(f"read_only={read_only!r} must be a bool")
+        if read_only and str(database) == ":memory:":
+            raise ConfigError("read_only=True needs a database file, not ':memory:'")
+        self.database = str(database)
+        try:
+            self.con = duckdb.connect(self.database, read_only=read_only, config=config)
+        except duckdb.Error as exc:
+            raise wrap_connect(exc, self.database) from exc
+        try:
+            self.kernels = udf_kernels.load(self.con)
+        except (udf_kernels.KernelBuildError, duckdb.Error, OSError) as exc:
+            self.con.close()
+            raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
+        self.read_only = read_only
+        self._lock = threading.RLock()
+        self.catalog = DuckDBCatalog(self.con, self._lock)
+        self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
+        #: sinks and slots: None until checked once against this connection
+        self._sinks: bool | None = None
+        self._slots: bool | None = None
+        self._workers = threads or int(self.query("SELECT current_setting('threads')")[0][0])
+        self.closed = False
+
+    # -- plain statements ------------------------------------------------------------------------------
+    @property
+    def workers(self) -> int:
+        return self._workers
+
+    def query(self, statement: exp.Expression | str, what: str = "query") -> list[tuple]:
+        """Run a statement and fetch all its rows (DuckDB 2 blocks a connection with an open result)."""
+        return self.describe(statement, what)[0]
+
+    def describe(self, statement: exp.Expression | str, what: str) -> tuple[list[tuple], list[tuple]]:
+        text = statement if isinstance(statement, str) else sqlgen.sql_text(statement)
+        with self._lock:
+            try:
+                cur = self.con.execute(text)
+                return cur.fetchall(), list(cur.description or [])
+            except duckdb.Error as exc:
+                raise wrap(exc, what) from exc
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            self.con.close()
+
+    # -- relations the engine holds ----------------------------------------------------------------------
+    def upload(self, table: pa.Table) -> str:
+        """Registers a blocked Arrow table as a view (DuckDB reads it in place); returns its name."""
+        name = f"_ts_tmp_{next(_ids)}"
+        with self._lock:
+            self.con.register(name, table)
+        return name
+
+    def release(self, name: str) -> None:
+        """Unregisters an uploaded view (finalizers call this; a closed connection has nothing to release)."""
+        with self._lock:
+            if self.closed:
+                return
+            try:
+                self.con.unregister(name)
+            except duckdb.Error as exc:
+                log.warning("tensorsql: could not unregister view %s: %s", name, exc)
+
+    def drop(self, name: str) -> None:
+        with self._lock:
+            if self.closed:
+                return
+            drop = exp.Drop(this=exp.Table(this=sqlgen.ident(name)), kind="TABLE", exists=True)
+            try:
+                self.con.execute(sqlgen.sql_text(drop)).fetchall()
+            except duckdb.Error as exc:
+                log.warning("tensorsql: could not drop temporary table %s: %s", name, exc)
+
+    def store(
+        self,
+        plan: Plan,
+        bindings: Mapping[E.Operand, np.ndarray],
+        name: str,
+        *,
+        replace: bool = False,
+        temporary: bool = False,
+    ) -> None:
+        """CREATE TABLE ``name`` AS the plan's result; a permanent table gets its catalog entry in the same
+        transaction."""
+        st = self._statement(plan)
+        with self._lock:
+            self._bind(st, plan, bindings)
+            try:
+                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan))
+                props = exp.Properties(expressions=[exp.TemporaryProperty()]) if temporary else None
+                create = exp.Create(
+                    this=exp.Table(this=sqlgen.ident(name)),
+                    kind="TABLE",
+                    expression=ast,
+                    replace=replace,
+                    properties=props,
+                )
+                if temporary:
+                    self.query(create, "materialize")
+                    return
+                self.query(exp.Transaction(), "begin")
+                try:
+                    self.query(create, f"save {name!r}")
+                    entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
+                    self.catalog.put(entry)
+                    self.query(exp.Commit(), "commit")
+                except BaseException:
+                    self.con.execute("ROLLBACK").fetchall()
+                    raise
+            finally:
+                self._unbind(st)
+
+    def ingest_rows(
+        self, query: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
+    ) -> str:
+        """Rows (i0, ..., i{r-1}, value) of a user query -> a dense blocked temporary table (its name)."""
+        import sqlglot
+
+        try:
+            parsed = sqlglot.parse_one(query, read="duckdb")
+        except sqlglot.errors.ParseError as exc:
+            raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
+        if not isinstance(parsed, exp.Query):
+            raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
+        r = len(shape)
+        _, described = self.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
+        if len(described) != r + 1:
+            cols = ", ".join([*(f"i{d}" for d in range(r)), "value"])
+            raise ShapeError(
+                f"from_sql: the query returns {len(described)} column(s) but a {r}-d tensor needs "
+                f"{r + 1} ({cols})"
+            )
+        check = ingest.out_of_range(parsed, shape)
+        if check is not None:
+            rows = self.query(check, "from_sql")
+            if rows:
+                raise ShapeError(f"from_sql: row with coordinates {rows[0]} lies outside shape {shape}")
+        dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype)
+        name = f"_ts_tmp_{next(_ids)}"
+        create = exp.Create(
+            this=exp.Table(this=sqlgen.ident(name)),
+            kind="TABLE",
+            expression=dense,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+        )
+        self.query(create, "from_sql")
+        return name
+
+    # -- running plans -------------------------------------------------------------------------------------
+    def text(self, plan: Plan, pretty: bool = True) -> str:
+        """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
+        st = self._statement(plan)
+        key = "pretty" if pretty else "flat"
+        if key not in st.text:
+            st.text[key] = sqlgen.sql_text(
+                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan)), pretty=pretty
+            )
+        return st.text[key]
+
+    def run_arrow(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray]) -> pa.Table:
+        """The plan's result as an Arrow table of (k0.., tensor) rows.
+
+        A small result (up to SMALL_RESULT_BYTES) is fetched as rows: DuckDB's relation API binds a query once
+        more before its Arrow export (~1 ms of a few-ms query), which only pays off for big blobs.
+        """
+        st = self._statement(plan)
+        text = self.text(plan, pretty=False)
+        small = math.prod(plan.root.shape) * DTYPES[plan.root.dtype].itemsize <= SMALL_RESULT_BYTES
+        with self._lock:
+            self._bind(st, plan, bindings)
+            try:
+                if not small:
+                    return self.con.sql(text).to_arrow_table()
+                cur = self.con.execute(text)
+                rows = cur.fetchall()
+                names = [d[0] for d in cur.description or []]
+            except duckdb.Error as exc:
+                raise wrap(exc, "einsum") from exc
+            finally:
+                self._unbind(st)
+        cols = {
+            name: pa.array([r[j] for r in rows], pa.binary() if name == "tensor" else pa.int32())
+            for j, name in enumerate(names)
+        }
+        return pa.table(cols)
+
+    def run_into(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray) -> bool:
+        """Runs the plan with its result written by the kernels straight into ``out`` (a result sink): no
+        DuckDB blob, Arrow buffer or assembly copy. False when sinks are unavailable, the kernels refuse the
+        array, or not every element was written (absent blocks of a sparse stored input): the caller then goes
+        through ``run_arrow``, which fills those with zeros."""
+        schema = plan.tra.schema
+        if len(set(schema.blob)) != len(schema.blob) or out.size == 0:
+            return False
+        with self._lock:
+            if self._sinks is None:
+                self._sinks = udf_sink.available(self.kernels, self.con)
+            if not self._sinks:
+                return False
+            st = self._statement(plan)
+            self._bind(st, plan, bindings)
+            try:
+                if st.sink_slot is not None:
+                    try:
+                        st.sink_slot.set(out, writable=True)  # type: ignore[attr-defined]
+                    except ValueError:
+                        return False
+                    _blocks, elements = self._run_sink(st, plan, None)
+                else:
+                    try:
+                        sink = udf_sink.Sink(self.kernels, out)
+                        key = sink.open()
+                    except ValueError:
+                        return False
+                    try:
+                        _blocks, elements = self._run_sink(st, plan, key)
+                    finally:
+                        sink.close()
+            except duckdb.Error as exc:
+                raise wrap(exc, "einsum") from exc
+            finally:
+                if st.sink_slot is not None:
+                    st.sink_slot.clear()  # type: ignore[attr-defined]
+                self._unbind(st)
+        return elements == out.size
+
+    def _run_sink(self, st: _Statement, plan: Plan, key: int | None) -> tuple[int, int]:
+        """Runs the plan's sink statement: as text on its first run, prepared from its second on (only when it
+        has no view operands: re-registering a view under a prepared statement forces a rebind). A prepared
+        statement that no longer binds (a table it reads was replaced) is dropped and the text run."""
+        text = self._sink_text(st, plan)
+        params = [] if key is None else [key]
+        st.runs += 1
+        if st.prepared is None:
+            if st.runs < 2 or st.unpreparable or any(v is not None for v in st.views):
+                return self.con.execute(text, params).fetchall()[0]
+            name = f"_ts_stmt_{next(_ids)}"
+            try:
+                self.con.execute(statements.prepare(name, _parsed(text))).fetchall()
+            except duckdb.Error:
+                st.unpreparable = True
+                return self.con.execute(text, params).fetchall()[0]
+            st.prepared = name
+            weakref.finalize(plan, _deallocate, weakref.ref(self), name)
+        try:
+            return self.con.execute(statements.execute(st.prepared, *params)).fetchall()[0]
+        except duckdb.Error:
+            name, st.prepared = st.prepared, None
+            st.unpreparable = True
+            _deallocate(weakref.ref(self), name)
+            return self.con.execute(text, params).fetchall()[0]
+
+    def sink_text(self, plan: Plan) -> str:
+        """The statement that writes the plan's result into a result sink (generated once per plan)."""
+        return self._sink_text(self._statement(plan), plan)
+
+    def _sink_text(self, st: _Statement, plan: Plan) -> str:
+        if "sink" not in st.text:
+            key = st.sink_slot.key if st.sink_slot is not None else None  # type: ignore[attr-defined]
+            ast = sqlgen.to_sink_ast(plan.tra, key=key, bind=self._binder(st, plan))
+            st.text["sink"] = sqlgen.sql_text(ast)
+        return st.text["sink"]
+
+    # -- operand bindings ----------------------------------------------------------------------------------
+    def _slots_available(self) -> bool:
+        if self._slots is None:
+            self._slots = (
+                udf_sink.slots_available(self.kernels, self.con)
+                if hasattr(udf_sink, "slots_available")
+                else False
+            )
+        return self._slots
+
+    def _statement(self, plan: Plan) -> _Statement:
+        st = self._statements.get(plan)
+        if st is not None:
+            return st
+        views: list[str | None] = []
+        slots: list[object | None] = []
+        lend = self._slots_available()
+        uid = next(_ids)
+        for k, op in enumerate(plan.operands):
+            one_block = all(b >= n for b, n in zip(plan.block_shape(op), op.shape, strict=True))
+            small = math.prod(op.shape) * DTYPES[op.dtype].itemsize <= SLOT_BYTES
+            if lend and one_block and small and op.shape and all(op.shape):
+                views.append(None)
+                slots.append(udf_sink.Slot(self.kernels))  # type: ignore[attr-defined]
+            else:
+                views.append(f"_ts_arg_{uid}_{k}")
+                slots.append(None)
+        sink_slot = udf_sink.Slot(self.kernels) if lend else None  # type: ignore[attr-defined]
+        st = _Statement(views, slots, sink_slot)
+        self._statements[plan] = st
+        return st
+
+    def _binder(self, st: _Statement, plan: Plan) -> sqlgen.Bind:
+        def bind(rel: T.Input) -> str | exp.Select:
+            view = st.views[rel.index]
+            if view is not None:
+                return view
+            slot = st.slots[rel.index]
+            keys = [
+                exp.alias_(exp.Cast(this=sqlgen.lit(0), to=exp.DataType.build("INTEGER")), sqlgen.ident(k))
+                for k in rel.schema.keys
+            ]
+            source = sqlgen.call(
+                "tensor_source", exp.Cast(this=sqlgen.lit(slot.key), to=exp.DataType.build("BIGINT"))
+            )  # type: ignore[attr-defined]
+            return exp.select(*keys, exp.alias_(source, sqlgen.ident("tensor")))
+
+        return bind
+
+    def _bind(self, st: _Statement, plan: Plan, bindings: Mapping[E.Operand, np.ndarray]) -> None:
+        for k, op in enumerate(plan.operands):
+            arr = bindings.get(op)
+            if arr is None:
+                raise ShapeError(f"operand {op.name!r} has no array bound to it")
+            if arr.shape != op.shape or arr.dtype.name != op.dtype:
+                raise ShapeError(
+                    f"operand {op.name!r} needs an array of shape {op.shape} and dtype {op.dtype}, "
+                    f"got {arr.shape} {arr.dtype}"
+                )
+            view = st.views[k]
+            if view is not None:
+                self.con.register(view, arrow.split(arr, plan.block_shape(op), op.dtype, copy=False))
+            else:
+                st.slots[k].set(np.ascontiguousarray(arr))  # type: ignore[union-attr]
+
+    def _unbind(self, st: _Statement) -> None:
+        for view in st.views:
+            if view is not None:
+                try:
+                    self.con.unregister(view)
+                except duckdb.Error as exc:
+                    log.warning("tensorsql: could not unregister view %s: %s", view, exc)
+        for slot in st.slots:
+            if slot is not None:
+                slot.clear()  # type: ignore[attr-defined]
+
+
+def _parsed(text: str) -> exp.Expression:
+    """A generated statement's text as a sqlglot node that prints it unchanged (it was generated by sqlglot
+    already; parsing it again would cost milliseconds)."""
+    return exp.Var(this=text)
+
+
+def _deallocate(executor_ref: weakref.ref, name: str) -> None:
+    ex = executor_ref()
+    if ex is None or ex.closed:
+        return
+    with ex._lock:
+        try:
+            ex.con.execute(statements.deallocate(name)).fetchall()
+        except duckdb.Error as exc:
+            log.warning("tensorsql: could not deallocate prepared statement %s: %s", name, exc)
+
+
+def as_arrays(values: Sequence[object]) -> list[np.ndarray]:
+    return [np.asarray(v) for v in values]
+
+
+__all__ = ["SLOT_BYTES", "SMALL_RESULT_BYTES", "DuckDBExecutor"]

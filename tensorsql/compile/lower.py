@@ -1,0 +1,133 @@
+"""Expression graph + partitioning -> TRA plan.
+
+Every expression node's output is a positional tensor relation (keys k0..); an EinSum relabels its
+inputs to its own labels, repartitions them to the node's label blocks when they differ, joins,
+aggregates, and renames back to positional keys.
+"""
+
+from __future__ import annotations
+
+from tensorsql.compile.fuse import consumers, fuse
+from tensorsql.frontend.subscripts import label_name
+from tensorsql.ir import expr as E
+from tensorsql.ir import tra as T
+from tensorsql.ir.blocking import Partitioning, numel
+
+
+def default_partitioning(root: E.Node) -> Partitioning:
+    """Keep the operands' blocking; where two operands disagree on a label, the bigger one wins."""
+    label_blocks: dict[E.EinSum, dict[int, int]] = {}
+    shapes: dict[E.Node, tuple[int, ...]] = {}
+    for node in E.topological(root):
+        if isinstance(node, E.Source | E.Reblock):
+            shapes[node] = node.block_shape
+        elif isinstance(node, E.Operand):  # an array is free to split: one block unless a plan says otherwise
+            shapes[node] = tuple(max(1, n) for n in node.shape)
+        elif isinstance(node, E.Map | E.Cast):
+            shapes[node] = shapes[node.input]
+        elif isinstance(node, E.EinSum):
+            blocks: dict[int, int] = {}
+            by_size = sorted(zip(node.inputs, node.in_labels, strict=True), key=lambda p: -numel(p[0].shape))
+            for child, labels in by_size:
+                mine: dict[int, int] = {}
+                for lab, b in zip(labels, shapes[child], strict=True):
+                    mine[lab] = min(mine.get(lab, b), b)  # a diagonal needs equal blocks on both dims
+                for lab, b in mine.items():
+                    blocks.setdefault(lab, b)
+            label_blocks[node] = blocks
+            shapes[node] = tuple(blocks[lab] for lab in node.out_labels)
+        else:
+            raise TypeError(f"unhandled expression node {type(node).__name__}")
+    return Partitioning(label_blocks, shapes)
+
+
+def lower(root: E.Node, part: Partitioning, operands: tuple[E.Operand, ...] = ()) -> T.Rel:
+    """The TRA plan of ``root``; ``operands`` number the graph's Operand leaves (``T.Input.index``)."""
+    memo: dict[E.Node, T.Rel] = {}
+    reblocked: dict[tuple[T.Rel, tuple[int, ...]], T.Rel] = {}
+    users = consumers(root)
+    slot = {op: i for i, op in enumerate(operands)}
+
+    def go(node: E.Node) -> T.Rel:
+        if node not in memo:
+            if isinstance(node, E.Operand):
+                if node not in slot:
+                    raise TypeError(f"operand {node.name!r} is not among the plan's operands")
+                schema = T.positional(node.shape, part.block_shapes[node], node.dtype)
+                memo[node] = T.Input(schema, slot[node], node.name)
+            else:
+                fused = fuse(node, part, users, go, reblock)
+                memo[node] = fused if fused is not None else _lower(node, part, go, reblock)
+        return memo[node]
+
+    def reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
+        # one repartition per (relation, target blocking), however many consumers want it
+        key = (rel, tuple(block_shape))
+        if key not in reblocked:
+            reblocked[key] = _reblock(rel, block_shape)
+        return reblocked[key]
+
+    return go(root)
+
+
+def _clip(block: int, size: int) -> int:
+    return max(1, min(block, size))
+
+
+def _reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
+    s = rel.schema
+    want = {k: _clip(b, s.sizes[k]) for k, b in zip(s.keys, block_shape, strict=True)}
+    have = {k: _clip(s.blocks[k], s.sizes[k]) for k in s.keys}
+    if want == have:
+        return rel
+    return T.Repartition(T.Schema(s.keys, s.blob, s.sizes, want, s.dtype), rel)
+
+
+def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
+    if isinstance(node, E.Source):
+        return T.Scan(T.positional(node.shape, node.block_shape, node.dtype), node.table)
+    if isinstance(node, E.Reblock):
+        return reblock(go(node.input), node.block_shape)
+    if isinstance(node, E.Map):
+        child = reblock(go(node.input), part.block_shapes[node])
+        s = child.schema
+        return T.MapBlocks(
+            T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child, node.fn, node.param
+        )
+    if isinstance(node, E.Cast):
+        child = reblock(go(node.input), part.block_shapes[node])
+        s = child.schema
+        return T.CastBlocks(T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child)
+    if not isinstance(node, E.EinSum):
+        raise TypeError(f"unhandled expression node {type(node).__name__}")
+
+    blocks = part.label_blocks[node]
+    sizes: dict[int, int] = {}
+    rels: list[T.Rel] = []
+    for child, labels in zip(node.inputs, node.in_labels, strict=True):
+        sizes.update(zip(labels, child.shape, strict=True))
+        rel = reblock(go(child), tuple(blocks[lab] for lab in labels))
+        names = tuple(label_name(lab) for lab in labels)
+        keys = tuple(dict.fromkeys(names))
+        schema = T.Schema(
+            keys,
+            names,
+            {label_name(lab): n for lab, n in zip(labels, child.shape, strict=True)},
+            {label_name(lab): _clip(blocks[lab], n) for lab, n in zip(labels, child.shape, strict=True)},
+            node.dtype,
+        )
+        rels.append(T.Relabel(schema, rel, names))
+
+    name_sizes = {label_name(k): v for k, v in sizes.items()}
+    name_blocks = {label_name(k): _clip(blocks[k], v) for k, v in sizes.items()}
+    out = tuple(label_name(lab) for lab in node.out_labels)
+    all_keys = tuple(dict.fromkeys(k for r in rels for k in r.schema.keys))
+    row_schema = T.Schema(all_keys, out, name_sizes, name_blocks, node.dtype)
+    if len(rels) == 2:
+        rel: T.Rel = T.Join(row_schema, rels[0], rels[1], node.join, node.agg)
+    else:
+        rel = T.Unary(row_schema, rels[0], node.agg)
+    if set(all_keys) != set(out):
+        rel = T.Aggregate(T.Schema(out, out, name_sizes, name_blocks, node.dtype), rel, node.agg)
+    final = T.positional(node.shape, tuple(name_blocks[k] for k in out), node.dtype)
+    return T.Positional(final, rel)

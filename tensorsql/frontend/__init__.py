@@ -1,0 +1,1 @@
+"""Front ends: user syntax -> the expression graph (numpy's einsum grammar today; SQL's EINSUM later)."""
