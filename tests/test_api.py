@@ -25,10 +25,6 @@ def rand(shape, dtype="float64"):
     return RNG.standard_normal(shape).astype(dt)
 
 
-@pytest.fixture(scope="module")
-def s():
-    with ts.connect() as session:
-        yield session
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -103,13 +103,6 @@ def _assert_matches_numpy(result, problem: Problem, ops: list[np.ndarray]) -> No
     assert (err <= RTOL[expected.dtype] * (mag + np.abs(ref)) + 1e-300).all(), (res, ref)
 
 
-@pytest.fixture(scope="module")
-def session():
-    s = tensorsql.connect()
-    yield s
-    close = getattr(s, "close", None)
-    if close is not None:
-        close()
 
 
 @SETTINGS

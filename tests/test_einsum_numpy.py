@@ -94,13 +94,6 @@ def assert_array_close_to(result, expected: np.ndarray) -> None:
         np.testing.assert_allclose(res, expected, rtol=RTOL.get(expected.dtype, 1e-10), atol=1e-12)
 
 
-@pytest.fixture(scope="module")
-def session():
-    s = tensorsql.connect()
-    yield s
-    close = getattr(s, "close", None)
-    if close is not None:
-        close()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -8,13 +8,6 @@ import pytest
 
 import tensorsql as ts
 
-
-@pytest.fixture(scope="module")
-def s():
-    with ts.connect() as session:
-        yield session
-
-
 A = np.ones((2, 3))
 B = np.ones((3, 4))
 

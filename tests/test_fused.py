@@ -12,7 +12,6 @@ import pytest
 from equations import NARY_OPTIMIZE_CASES
 from test_result_sink import _sparse
 
-import tensorsql as ts
 import udf_kernels
 from tensorsql.compile import fuse, in_gemm_order
 from tensorsql.errors import TensorSQLError
@@ -21,11 +20,6 @@ from tensorsql.ir import tra as T
 DTYPES = ["float32", "float64", "int32", "int64", "complex64", "complex128"]
 
 
-@pytest.fixture(scope="module")
-def s():
-    sess = ts.connect(threads=2)
-    yield sess
-    sess.close()
 
 
 def _rand(shape, dtype, rng):

@@ -8,17 +8,8 @@ import json
 
 import duckdb
 import numpy as np
-import pytest
 
-import tensorsql as ts
 import udf_kernels
-
-
-@pytest.fixture(scope="module")
-def s():
-    sess = ts.connect(threads=2)
-    yield sess
-    sess.close()
 
 
 def test_tensor_pin_is_an_identity_on_lists(s):

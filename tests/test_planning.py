@@ -13,10 +13,6 @@ from tensorsql.compile import planning
 RNG = np.random.default_rng(3)
 
 
-@pytest.fixture(scope="module")
-def s():
-    with ts.connect(threads=2) as session:
-        yield session
 
 
 def test_session_p_follows_threads(s):

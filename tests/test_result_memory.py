@@ -13,13 +13,6 @@ from tensorsql.compile import in_gemm_order
 
 
 @pytest.fixture(scope="module")
-def s():
-    sess = ts.connect(threads=2)
-    yield sess
-    sess.close()
-
-
-@pytest.fixture(scope="module")
 def arrow_s():
     """A session whose results come through Arrow (no result sinks)."""
     sess = ts.connect(threads=2)

@@ -13,13 +13,6 @@ import tensorsql as ts
 from udf_kernels import sink as udf_sink
 
 
-@pytest.fixture(scope="module")
-def s():
-    sess = ts.connect(threads=2)
-    yield sess
-    sess.close()
-
-
 def _sink_sql(rel) -> str:
     return rel.session.executor.sink_text(rel.plan())
 

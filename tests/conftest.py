@@ -1,0 +1,35 @@
+"""Shared fixtures: one session per test module, parametrized over the executors that can run here.
+
+Each executor is a factory that returns a ``tensorsql.Session``, or raises ``pytest.skip`` with the reason it
+cannot run on this machine (the cluster and GPU executors will add theirs here).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+import tensorsql as ts
+
+
+def _duckdb() -> ts.Session:
+    return ts.connect(threads=2)
+
+
+#: executor name -> a factory of sessions on it (skips with a reason where it cannot run)
+EXECUTORS: dict[str, Callable[[], ts.Session]] = {"duckdb": _duckdb}
+
+
+@pytest.fixture(scope="module", params=sorted(EXECUTORS))
+def s(request: pytest.FixtureRequest) -> Iterator[ts.Session]:
+    sess = EXECUTORS[request.param]()
+    try:
+        yield sess
+    finally:
+        sess.close()
+
+
+@pytest.fixture(scope="module")
+def session(s: ts.Session) -> ts.Session:
+    return s
