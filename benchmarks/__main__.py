@@ -1,7 +1,7 @@
 """Benchmark runner: every row is timed side by side, in this process, against its peer.
 
     python -m benchmarks                 # all sections
-    python -m benchmarks --only a,c,e    # some sections (a b c d e planner)
+    python -m benchmarks --only a,c,e    # some sections (a b c d e f planner chain)
     python -m benchmarks --quick         # smaller sizes (smoke run)
 
 Sections (issue 3):
@@ -10,6 +10,8 @@ Sections (issue 3):
   c  scalar relational SQL einsum (COO rows, JOIN + SUM + GROUP BY) vs tensorsql at n = 1024
   d  TCCG binary contractions (einsum-trees paper, Table 4) and its einsum trees (Table 5) vs opt_einsum
   e  float64, complex64 and int64 variants of (a)
+  f  small calls (issue 12): ts.einsum, a cached contract_expression and a re-run lazy relation on 32^2
+     operands, against DuckDB's own SELECT 1 round trip (and numpy/opt_einsum for reference)
   planner  benchmarks/planner_speed.py (issue 4): LLaMA-7B-shaped graph planning time, chain costs at p=16
   chain    benchmarks/chain.py (issue 4): the matrix chain per strategy, modelled cost and measured time
 
@@ -142,9 +144,7 @@ COPIES_IN = 1
 
 def out_copies(rel: ts.TensorRelation) -> int:
     """Copies of each output block on its way into the returned array (see COPIES_IN)."""
-    from tensorsql.backends.duckdb import sqlgen
-
-    sql = sqlgen.sql_text(sqlgen.to_sink_ast(rel.plan().tra))
+    sql = rel.session.executor.sink_text(rel.plan())
     bs, shape = rel.block_shape, rel.shape
     lead = next((d for d, b in enumerate(bs) if b != 1), len(bs))
     contiguous = all(b == n for b, n in zip(bs[lead + 1 :], shape[lead + 1 :], strict=True))
@@ -286,15 +286,15 @@ def section_c(repeat: int, quick: bool) -> None:
 
     ta = pa.table({"i": i.ravel().astype(np.int32), "j": j.ravel().astype(np.int32), "v": a.ravel()})
     tb = pa.table({"j": i.ravel().astype(np.int32), "k": j.ravel().astype(np.int32), "v": b.ravel()})
-    s.con.register("coo_a_view", ta)
-    s.con.register("coo_b_view", tb)
-    s.con.execute("CREATE TABLE coo_a AS SELECT * FROM coo_a_view")
-    s.con.execute("CREATE TABLE coo_b AS SELECT * FROM coo_b_view")
+    s.executor.con.register("coo_a_view", ta)
+    s.executor.con.register("coo_b_view", tb)
+    s.executor.con.execute("CREATE TABLE coo_a AS SELECT * FROM coo_a_view")
+    s.executor.con.execute("CREATE TABLE coo_b AS SELECT * FROM coo_b_view")
     scalar_sql = (
         "SELECT a.i, b.k, SUM(a.v * b.v) AS v FROM coo_a a JOIN coo_b b ON a.j = b.j GROUP BY a.i, b.k"
     )
     t0 = time.perf_counter()
-    res = s.con.execute(scalar_sql).fetchnumpy()
+    res = s.executor.con.execute(scalar_sql).fetchnumpy()
     scalar_t = time.perf_counter() - t0  # one run: it is the slow side
     c = np.zeros((n, n))
     c[res["i"], res["k"]] = res["v"]
@@ -456,6 +456,49 @@ def section_e(repeat: int, quick: bool) -> None:
     s.close()
 
 
+def _per_call(fn: Callable[[], object], calls: int, repeat: int) -> float:
+    """Best over ``repeat`` rounds of the mean time of ``calls`` back-to-back calls (after warm-up)."""
+    for _ in range(20):
+        fn()
+    best = math.inf
+    for _ in range(max(repeat, 3)):
+        t = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t) / calls)
+    return best
+
+
+def section_f(repeat: int, quick: bool) -> None:
+    """Small calls: the fixed cost of one call against one DuckDB round trip, measured in the same run."""
+    calls = 50 if quick else 300
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
+    s = ts.default_session()
+    con = s.executor.con
+    select1 = _per_call(lambda: con.execute("SELECT 1").fetchall(), calls, repeat)
+    expr = ts.contract_expression("ij,jk->ik", a.shape, b.shape)
+    rel = s.einsum("ij,jk->ik", a, b)
+    cases = [
+        ("ts.einsum ij,jk->ik 32^2", lambda: ts.einsum("ij,jk->ik", a, b), 4.0),
+        ("ts.einsum ij->ji 32^2", lambda: ts.einsum("ij->ji", a), 4.0),
+        ("contract_expression call 32^2", lambda: expr(a, b), 1.5),
+        ("lazy relation re-run 32^2", lambda: rel.numpy(), 1.5),
+    ]
+    for case, fn, target in cases:
+        t = _per_call(fn, calls, repeat)
+        emit(Row("f", case, t, "SELECT 1", select1, target, note="per call, same session"))
+    npt = _per_call(lambda: np.einsum("ij,jk->ik", a, b), calls, repeat)
+    oet = _per_call(lambda: opt_einsum.contract("ij,jk->ik", a, b), calls, repeat)
+    oexpr = opt_einsum.contract_expression("ij,jk->ik", a.shape, b.shape)
+    oec = _per_call(lambda: oexpr(a, b), calls, repeat)
+    ts_t = _per_call(lambda: ts.einsum("ij,jk->ik", a, b), calls, repeat)
+    emit(Row("f", "ts.einsum 32^2 (reference)", ts_t, "numpy", npt, None))
+    emit(Row("f", "ts.einsum 32^2 (reference)", ts_t, "opt_einsum", oet, None))
+    expr_t = _per_call(lambda: expr(a, b), calls, repeat)
+    emit(Row("f", "contract_expression (reference)", expr_t, "oe expr", oec, None))
+
+
 def section_planner(repeat: int, quick: bool) -> None:
     from benchmarks import planner_speed
 
@@ -475,6 +518,7 @@ SECTIONS = {
     "c": section_c,
     "d": section_d,
     "e": section_e,
+    "f": section_f,
     "planner": section_planner,
     "chain": section_chain,
 }
@@ -497,7 +541,9 @@ def markdown() -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument(
-        "--only", default="a,b,c,d,e,planner,chain", help="comma-separated sections: a,b,c,d,e,planner,chain"
+        "--only",
+        default="a,b,c,d,e,f,planner,chain",
+        help="comma-separated sections: a,b,c,d,e,f,planner,chain",
     )
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")

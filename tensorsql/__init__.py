@@ -5,8 +5,10 @@
 from __future__ import annotations
 
 from tensorsql.api import (
+    ContractExpression,
     abs,
     connect,
+    contract_expression,
     default_session,
     einsum,
     einsum_path,
@@ -23,6 +25,7 @@ from tensorsql.api import (
 from tensorsql.errors import (
     CatalogError,
     ConfigError,
+    DatabaseLockedError,
     DTypeError,
     EinsumError,
     ExtensionError,
@@ -35,14 +38,17 @@ from tensorsql.errors import (
     TensorSQLError,
 )
 from tensorsql.relation import TensorRelation
-from tensorsql.session import Session
+from tensorsql.session import Compiled, Session
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CatalogError",
+    "Compiled",
     "ConfigError",
+    "ContractExpression",
     "DTypeError",
+    "DatabaseLockedError",
     "EinsumError",
     "ExtensionError",
     "KernelError",
@@ -56,6 +62,7 @@ __all__ = [
     "TensorSQLError",
     "abs",
     "connect",
+    "contract_expression",
     "default_session",
     "einsum",
     "einsum_path",
