@@ -82,6 +82,11 @@ SQL_FUNCTIONS: dict[str, str] = {
         "copies block x into result sink `sink` at `start`; returns the elements written. Sinks are arrays "
         "the caller registers for one query through the C ABI (udf_kernels.sink), never from SQL"
     ),
+    "tensor_source": (
+        "tensor_source(slot BIGINT [, start BIGINT[], shape BIGINT[]]) -> BLOB: the array lent to slot "
+        "`slot` (udf_kernels.sink.Slot), whole in C order or its block of `shape` at element coordinates "
+        "`start`; volatile, so a prepared statement reads the slot again at every EXECUTE"
+    ),
     "tensorsql_kernels_version": "tensorsql_kernels_version() -> VARCHAR: the extension's version",
     "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",
     "tensor_max": "tensor_max(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise max (real dtypes)",

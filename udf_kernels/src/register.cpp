@@ -89,6 +89,21 @@ int database_threads(duckdb_connection con) {
 	return v >= 1 && v <= 4096 ? static_cast<int>(v) : fallback;
 }
 
+// tensor_source(key) and tensor_source(key, start, shape): volatile, so a prepared statement re-reads its slots.
+bool register_sources(duckdb_connection con) {
+	const Ty L = Ty::ListBigInt;
+	duckdb_scalar_function_set set = duckdb_create_scalar_function_set("tensor_source");
+	duckdb_scalar_function s1 = make_scalar("tensor_source", {Ty::BigInt}, Ty::Blob, tensor_source, true);
+	duckdb_scalar_function s3 = make_scalar("tensor_source", {Ty::BigInt, L, L}, Ty::Blob, tensor_source_block, true);
+	const bool ok = duckdb_add_scalar_function_to_set(set, s1) == DuckDBSuccess &&
+	                duckdb_add_scalar_function_to_set(set, s3) == DuckDBSuccess &&
+	                duckdb_register_scalar_function_set(con, set) == DuckDBSuccess;
+	duckdb_destroy_scalar_function(&s1);
+	duckdb_destroy_scalar_function(&s3);
+	duckdb_destroy_scalar_function_set(&set);
+	return ok;
+}
+
 bool register_all(duckdb_connection con) {
 	using T = Ty;
 	blas_single_threaded();
@@ -123,6 +138,7 @@ bool register_all(duckdb_connection con) {
 	duckdb_destroy_scalar_function(&m3);
 	duckdb_destroy_scalar_function(&m4);
 	duckdb_destroy_scalar_function_set(&set);
+	ok = ok && register_sources(con);
 	return ok && register_aggregates(con);
 }
 

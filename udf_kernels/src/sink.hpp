@@ -79,6 +79,20 @@ struct SinkArgs {
 // tensor_sink_write(key BIGINT, start BIGINT[], dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BIGINT
 void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 
+// Slots (the same registry): a key reserved once (tensorsql_slot_new) and re-pointed at a new array before each
+// run of a prepared statement whose text names the key (tensorsql_slot_set), so repeated small calls need no
+// new SQL. A result sink is a slot set writable; the writers above refuse a slot set read-only or empty.
+//
+// The slot `key` for reading; fails naming fn when there is none or it is empty.
+Sink source_find(int64_t key, const char *fn);
+
+// tensor_source(key BIGINT) -> BLOB: the slot's whole array in C order. Volatile, so a prepared statement
+// reads the slot again at every EXECUTE.
+void tensor_source(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+// tensor_source(key BIGINT, start BIGINT[], shape BIGINT[]) -> BLOB: the block of `shape` at element
+// coordinates `start` of the slot's array.
+void tensor_source_block(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
 } // namespace tsk
 
 extern "C" {
@@ -88,4 +102,17 @@ __attribute__((visibility("default"))) int64_t tensorsql_sink_open(void *base, c
                                                                    const int64_t *shape);
 // Unregisters a sink; returns 0, or -1 when the key is not registered.
 __attribute__((visibility("default"))) int tensorsql_sink_close(int64_t key);
+
+// Slots. Every entry point returns -1 for invalid arguments or an unknown key, and never throws.
+// Reserves an empty slot; returns its random 63-bit key (> 0), or -1.
+__attribute__((visibility("default"))) int64_t tensorsql_slot_new(void);
+// Points slot `key` at `ndim`-dimensional C-contiguous array `base` of `dtype` and `shape` (validated as in
+// tensorsql_sink_open; the slot is left unchanged when they are invalid); writable != 0 lets the writers
+// (tensor_einsum_into, ...) write there. Returns 0 or -1.
+__attribute__((visibility("default"))) int tensorsql_slot_set(int64_t key, void *base, const char *dtype,
+                                                              int64_t ndim, const int64_t *shape, int writable);
+// Empties slot `key` (the key stays reserved); returns 0 or -1.
+__attribute__((visibility("default"))) int tensorsql_slot_clear(int64_t key);
+// Releases slot `key`; returns 0 or -1.
+__attribute__((visibility("default"))) int tensorsql_slot_free(int64_t key);
 }
