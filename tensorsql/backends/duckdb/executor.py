@@ -324,9 +324,11 @@ class DuckDBExecutor:
                 st.unpreparable = True
                 return self.con.execute(text, params).fetchall()[0]
             st.prepared = name
+            st.text["execute"] = statements.execute(name)
             weakref.finalize(plan, _deallocate, weakref.ref(self), name)
         try:
-            return self.con.execute(statements.execute(st.prepared, *params)).fetchall()[0]
+            run = st.text["execute"] if key is None else statements.execute(st.prepared, key)
+            return self.con.execute(run).fetchall()[0]
         except duckdb.Error:
             name, st.prepared = st.prepared, None
             st.unpreparable = True
@@ -346,13 +348,11 @@ class DuckDBExecutor:
 
     # -- operand bindings ----------------------------------------------------------------------------------
     def _slots_available(self) -> bool:
-        if self._slots is None:
-            self._slots = (
-                udf_sink.slots_available(self.kernels, self.con)
-                if hasattr(udf_sink, "slots_available")
-                else False
-            )
-        return self._slots
+        """Slots share the result sinks' registry: they work where sinks do (checked once)."""
+        with self._lock:
+            if self._sinks is None:
+                self._sinks = udf_sink.available(self.kernels, self.con)
+            return self._sinks
 
     def _statement(self, plan: Plan) -> _Statement:
         st = self._statements.get(plan)
@@ -367,11 +367,11 @@ class DuckDBExecutor:
             small = math.prod(op.shape) * DTYPES[op.dtype].itemsize <= SLOT_BYTES
             if lend and one_block and small and op.shape and all(op.shape):
                 views.append(None)
-                slots.append(udf_sink.Slot(self.kernels))  # type: ignore[attr-defined]
+                slots.append(udf_sink.Slot(self.kernels))
             else:
                 views.append(f"_ts_arg_{uid}_{k}")
                 slots.append(None)
-        sink_slot = udf_sink.Slot(self.kernels) if lend else None  # type: ignore[attr-defined]
+        sink_slot = udf_sink.Slot(self.kernels) if lend else None
         st = _Statement(views, slots, sink_slot)
         self._statements[plan] = st
         return st
@@ -398,7 +398,7 @@ class DuckDBExecutor:
             arr = bindings.get(op)
             if arr is None:
                 raise ShapeError(f"operand {op.name!r} has no array bound to it")
-            if arr.shape != op.shape or arr.dtype.name != op.dtype:
+            if arr.shape != op.shape or arr.dtype != DTYPES[op.dtype]:
                 raise ShapeError(
                     f"operand {op.name!r} needs an array of shape {op.shape} and dtype {op.dtype}, "
                     f"got {arr.shape} {arr.dtype}"

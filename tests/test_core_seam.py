@@ -1,0 +1,210 @@
+"""The executor seam, picklable node-keyed plans, the plan cache, contract_expression, Session.compile, and
+the small defects of the core issue (connect options, locks, error mapping)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import opt_einsum
+import pytest
+
+import tensorsql as ts
+from tensorsql.backends.base import Executor
+from tensorsql.compile import plan as plan_mod
+from tensorsql.ir import expr as E
+from tensorsql.ir import tra as T
+
+RNG = np.random.default_rng(12)
+EQUATIONS = [
+    ("ij,jk->ik", [(7, 5), (5, 3)]),
+    ("ij->ji", [(4, 6)]),
+    ("bij,bjk->bik", [(3, 4, 5), (3, 5, 2)]),
+    ("ij,jk,kl->il", [(4, 6), (6, 3), (3, 5)]),
+    ("ii->i", [(5, 5)]),
+    ("i,i->", [(9,), (9,)]),
+]
+
+
+def _close(got, want, operands, k):
+    """|got - want| within K * eps * the product of operand maxima (safe when values cancel)."""
+    eps = np.finfo(np.asarray(want).dtype).eps if np.asarray(want).dtype.kind in "fc" else 0
+    scale = float(np.prod([max(1.0, np.abs(o).max()) for o in operands]))
+    np.testing.assert_allclose(got, want, rtol=0, atol=8 * max(k, 1) * eps * scale)
+
+
+def test_the_session_module_imports_no_engine():
+    src = pathlib.Path(ts.session.__file__).read_text()
+    names = {
+        alias.name.split(".")[0]
+        for node in ast.walk(ast.parse(src))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for alias in (node.names if isinstance(node, ast.Import) else [ast.alias(node.module or "")])
+    }
+    assert "duckdb" not in names
+
+
+def test_the_duckdb_executor_implements_the_protocol(s):
+    assert isinstance(s.executor, Executor)
+    assert s.p == s.executor.workers >= 1
+
+
+def test_plans_are_keyed_by_nodes_and_pickle(s):
+    a, b = RNG.standard_normal((40, 30)), RNG.standard_normal((30, 20))
+    rel = s.einsum("ij,jk->ik", a, b)
+    plan = rel.plan()
+    assert all(isinstance(k, E.Node) for k in plan.partitioning.block_shapes)
+    assert all(isinstance(k, E.EinSum) for k in plan.partitioning.label_blocks)
+    again = pickle.loads(pickle.dumps(plan))
+    assert plan_mod.explain(again).splitlines()[0] == "== Plan =="
+    assert again.block_shape() == plan.block_shape()
+    assert [op.shape for op in again.operands] == [(40, 30), (30, 20)]
+    # the unpickled plan runs on the same executor with new arrays bound to its operands
+    x, y = RNG.standard_normal((40, 30)), RNG.standard_normal((30, 20))
+    got = s.value(again, dict(zip(again.operands, [x, y], strict=True)))
+    _close(got, x @ y, [x, y], 30)
+
+
+def test_explain_shows_the_physical_choices(s):
+    a, b = RNG.standard_normal((8, 6)), RNG.standard_normal((6, 4))
+    text = s.einsum("ij,jk->ik", a, b).explain()
+    assert "method=side_by_side" in text and "Operand operand0" in text and "== SQL ==" in text
+
+
+@pytest.mark.parametrize(("eq", "shapes"), EQUATIONS)
+def test_repeated_calls_hit_the_plan_cache(eq, shapes):
+    s = ts.default_session()
+    ops = [RNG.standard_normal(shp) for shp in shapes]
+    first = ts.einsum(eq, *ops)
+    hits = s.plans.hits
+    new = [RNG.standard_normal(shp) for shp in shapes]
+    again = ts.einsum(eq, *new)
+    assert s.plans.hits == hits + 1
+    k = max(shapes[0]) if shapes else 1
+    _close(first, np.einsum(eq, *ops), ops, k)
+    _close(again, np.einsum(eq, *new), new, k)
+
+
+def test_the_cache_tells_dtypes_and_shapes_apart():
+    a = RNG.standard_normal((6, 6))
+    np.testing.assert_array_equal(ts.einsum("ij->ji", a.astype(np.float32)), a.astype(np.float32).T)
+    np.testing.assert_array_equal(ts.einsum("ij->ji", a), a.T)
+    np.testing.assert_array_equal(ts.einsum("ij->ji", a[:5]), a[:5].T)
+    ints = np.arange(12, dtype=np.int64).reshape(3, 4)
+    np.testing.assert_array_equal(ts.einsum("ij->ji", ints), ints.T)
+
+
+@pytest.mark.parametrize(("eq", "shapes"), EQUATIONS)
+def test_contract_expression_matches_opt_einsum(eq, shapes):
+    expr = ts.contract_expression(eq, *shapes)
+    ref = opt_einsum.contract_expression(eq, *shapes)
+    for _ in range(3):
+        ops = [RNG.standard_normal(shp) for shp in shapes]
+        _close(expr(*ops), ref(*ops), ops, max(max(s) for s in shapes))
+    ints = [RNG.integers(-5, 5, size=shp) for shp in shapes]
+    np.testing.assert_array_equal(expr(*ints), np.einsum(eq, *ints))
+
+
+def test_contract_expression_constants_out_and_errors():
+    w = RNG.standard_normal((5, 3))
+    expr = ts.contract_expression("ij,jk->ik", (4, 5), w, constants=[1])
+    x = RNG.standard_normal((4, 5))
+    out = np.empty((4, 3))
+    assert expr(x, out=out) is out
+    _close(out, x @ w, [x, w], 5)
+    with pytest.raises(ts.EinsumError, match="takes 1 arrays, got 2"):
+        expr(x, x)
+    with pytest.raises(ts.ShapeError, match=r"shape \(3, 5\), but the expression was built for \(4, 5\)"):
+        expr(x[:3])
+    with pytest.raises(ts.EinsumError):
+        ts.contract_expression("ij,jk->ik", (4, 5), (6, 3))
+
+
+def test_compile_runs_a_lazy_graph_on_new_inputs(s):
+    x = s.placeholder((6, 4), "float64", name="x")
+    w = s.placeholder((4, 3), "float64", name="w")
+    h = s.map(s.einsum("ij,jk->ik", x, w), "relu")
+    y = s.einsum("ik->i", h)
+    step = s.compile([h, y], inputs=[x, w])
+    for _ in range(3):
+        xa, wa = RNG.standard_normal((6, 4)), RNG.standard_normal((4, 3))
+        got_h, got_y = step(xa, wa)
+        want_h = np.maximum(xa @ wa, 0)
+        _close(got_h, want_h, [xa, wa], 4)
+        _close(got_y, want_h.sum(axis=1), [xa, wa], 12)
+    with pytest.raises(ts.EinsumError, match="expected 2 input arrays"):
+        step(xa)
+    with pytest.raises(ts.ShapeError, match="has shape"):
+        step(xa[:2], wa)
+    with pytest.raises(ts.ShapeError, match="must be a placeholder"):
+        s.compile(y, inputs=[h])
+
+
+def test_connect_takes_the_documented_options(tmp_path):
+    with ts.connect(strategy="operands") as s:
+        assert s.strategy == "operands"
+        a = RNG.standard_normal((5, 5))
+        _close(s.einsum("ij,jk->ik", a, a).numpy(), a @ a, [a, a], 5)
+    with pytest.raises(ts.PlanError, match="unknown strategy"):
+        ts.connect(strategy="fastest")
+    db = tmp_path / "ro.duckdb"
+    with ts.connect(str(db)) as s:
+        s.from_numpy(np.arange(6.0).reshape(2, 3)).save("t")
+    with ts.connect(str(db), read_only=True) as r:
+        np.testing.assert_array_equal(r.table("t").numpy(), np.arange(6.0).reshape(2, 3))
+        with pytest.raises(ts.SQLExecutionError):
+            r.from_numpy(np.ones(3)).save("u")
+    with pytest.raises(ts.ConfigError, match="read_only"):
+        ts.connect(read_only=True)
+
+
+def test_a_locked_database_says_so(tmp_path):
+    db = tmp_path / "locked.duckdb"
+    with ts.connect(str(db)) as s:
+        s.from_numpy(np.ones(3)).save("t")
+        code = (
+            "import tensorsql as ts, sys\n"
+            "try:\n    ts.connect(sys.argv[1])\n"
+            "except ts.DatabaseLockedError as e:\n    print('LOCKED', isinstance(e, OSError))\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120)
+        assert "LOCKED True" in out.stdout, out.stderr
+
+
+def test_errors_are_mapped_by_type(s):
+    con = s.executor.con
+    import duckdb
+
+    from tensorsql.backends.duckdb.errors import wrap
+
+    try:
+        con.execute("SELECT tensor_pack(1)").fetchall()
+    except duckdb.Error as exc:  # a binder error that names a kernel is not a kernel's check
+        assert isinstance(wrap(exc, "q"), ts.SQLExecutionError)
+    try:
+        con.execute("SELECT tensor_numel('abc'::BLOB, 'float64')").fetchall()
+    except duckdb.Error as exc:
+        assert isinstance(wrap(exc, "q"), ts.KernelError)
+    assert isinstance(wrap(duckdb.InterruptException("x"), "q"), KeyboardInterrupt)
+
+
+def test_a_closed_default_session_is_replaced():
+    ts.default_session().close()
+    a = RNG.standard_normal((3, 3))
+    _close(ts.einsum("ij,jk->ik", a, a), a @ a, [a, a], 3)
+
+
+def test_generated_sql_takes_a_name_generator(s):
+    from tensorsql.backends.duckdb import sqlgen
+
+    a = s.from_numpy(RNG.standard_normal((8, 6)), block_shape=(4, 3))
+    b = s.from_numpy(RNG.standard_normal((6, 10)), block_shape=(3, 5))
+    rel = s.einsum("ij,jk->ik", a, b, strategy="operands")
+    names = sqlgen.Names("t", reserved={"t0", "T1"})
+    text = sqlgen.sql_text(sqlgen.to_ast(rel.plan().tra, names=names))
+    assert '"t0"' not in text and '"t2"' in text
+    assert isinstance(rel.plan().tra, T.Rel)
