@@ -171,7 +171,8 @@ def test_a_locked_database_says_so(tmp_path):
             "try:\n    ts.connect(sys.argv[1])\n"
             "except ts.DatabaseLockedError as e:\n    print('LOCKED', isinstance(e, OSError))\n"
         )
-        out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120)
+        cmd = [sys.executable, "-c", code, str(db)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         assert "LOCKED True" in out.stdout, out.stderr
 
 
