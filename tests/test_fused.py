@@ -53,8 +53,13 @@ def test_a_one_block_tree_runs_as_one_call(s, dtype):
     rel = s.einsum(spec, *ops, strategy="none")
     (fused,) = _fused_nodes(rel)
     assert len(fused.steps) == 3 and len(fused.children) == 4
-    assert "tensor_einsum_path(" in rel.sql() and "POSITIONAL JOIN" in rel.sql()
-    assert "GROUP BY" not in rel.sql()
+    # small array operands are lent to the call (inlined tensor_source, no join); stored ones sit side by side
+    assert "tensor_einsum_path(" in rel.sql() and rel.sql().count("tensor_source(") == 4
+    assert "GROUP BY" not in rel.sql() and " JOIN " not in rel.sql()
+    stored = [s.from_numpy(op) for op in ops]
+    side = s.einsum(spec, *stored, strategy="none")
+    assert "tensor_einsum_path(" in side.sql() and side.sql().count("POSITIONAL JOIN") == 3
+    np.testing.assert_array_equal(side.numpy(), rel.numpy())
     want = np.einsum(spec, *ops)
     tol = _tol(dtype)
     np.testing.assert_allclose(rel.numpy(), want, rtol=tol, atol=tol)  # through a result sink
@@ -130,8 +135,8 @@ def test_a_padded_one_block_input_does_not_duplicate_the_block(s):
     sparse, dense = _sparse(s, a, (20, 40), [(0, 0), (2, 0)])  # the middle row panel is absent
     b, w = rng.standard_normal((40, 4)), rng.standard_normal((4, 3))
     left = s.einsum("ij,jk->ik", sparse, b, strategy="operands")  # 2 of 3 row panels
-    # the one-block w is paired by position with left's 3-panel grid, which has 2 rows: one padding row
-    red = s.einsum("ik,kl->kl", left, w, strategy="operands")
+    # the one-block stored w is paired by position with left's 3-panel grid, which has 2 rows: one padding row
+    red = s.einsum("ik,kl->kl", left, s.from_numpy(w), strategy="operands")
     assert "POSITIONAL JOIN" in red.sql() and red.plan().block_shape() == (4, 3)
     w1, w2 = rng.standard_normal((3, 5)), rng.standard_normal((5, 2))
     rel = s.einsum("kl,lm,mn->kn", red, w1, w2, strategy="none")

@@ -377,19 +377,14 @@ class DuckDBExecutor:
         return st
 
     def _binder(self, st: _Statement, plan: Plan) -> sqlgen.Bind:
-        def bind(rel: T.Input) -> str | exp.Select:
+        """Renders operand k: its view's name, or the lent block ``tensor_source(<slot key>)`` inlined."""
+
+        def bind(rel: T.Input) -> str | sqlgen.Scalar:
             view = st.views[rel.index]
             if view is not None:
                 return view
-            slot = st.slots[rel.index]
-            keys = [
-                exp.alias_(exp.Cast(this=sqlgen.lit(0), to=exp.DataType.build("INTEGER")), sqlgen.ident(k))
-                for k in rel.schema.keys
-            ]
-            source = sqlgen.call(
-                "tensor_source", exp.Cast(this=sqlgen.lit(slot.key), to=exp.DataType.build("BIGINT"))
-            )  # type: ignore[attr-defined]
-            return exp.select(*keys, exp.alias_(source, sqlgen.ident("tensor")))
+            key = exp.Cast(this=sqlgen.lit(st.slots[rel.index].key), to=exp.DataType.build("BIGINT"))  # type: ignore[union-attr]
+            return sqlgen.Scalar(sqlgen.call("tensor_source", key))
 
         return bind
 

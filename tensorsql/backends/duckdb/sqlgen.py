@@ -90,12 +90,43 @@ class Src:
     relabelling costs no CTE of its own.
     """
 
-    table: exp.Table | exp.Subquery
+    table: exp.Table | exp.Subquery | None
     cols: dict[str, exp.Expression]
     where: list[exp.Expression]
     alias: str
     #: the block-shape argument of a kernel call on this side, when the side computes it (see ``_pin``)
     shape: exp.Expression | None = None
+    #: the block itself, for an inlined one-block operand (``Scalar``: no table, keys all 0)
+    value: exp.Expression | None = None
+
+    def tensor(self) -> exp.Expression:
+        return self.value.copy() if self.value is not None else col(self.alias, "tensor")
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """A one-block operand the executor inlines as an expression (e.g. ``tensor_source(<slot>)``): its keys
+    are all 0 and it joins every row of the other side by itself, so it needs no CTE, no FROM and no join."""
+
+    tensor: exp.Expression
+
+
+def _zero() -> exp.Expression:
+    return exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER"))
+
+
+def _from(*srcs: Src) -> exp.Select:
+    """SELECT over the sides that are tables, side by side (POSITIONAL JOIN); inlined sides need no FROM."""
+    q = exp.select()
+    tables = [src.table for src in srcs if src.table is not None]
+    if tables:
+        q = q.from_(tables[0])
+        for t in tables[1:]:
+            q = q.join(exp.Join(this=t, method="POSITIONAL"), copy=False)
+    for src in srcs:
+        for cond in src.where:
+            q = q.where(cond, copy=False)
+    return q
 
 
 @dataclass
@@ -123,8 +154,9 @@ class Names:
                 return name
 
 
-#: how an executor renders array operand ``T.Input``: a table or view name, or a query that becomes a CTE
-Bind = Callable[[T.Input], "str | exp.Select"]
+#: how an executor renders array operand ``T.Input``: a table or view name, a query that becomes a CTE, or
+#: (one-block operands) a ``Scalar`` expression inlined where it is read
+Bind = Callable[[T.Input], "str | exp.Select | Scalar"]
 
 
 def _unbound(rel: T.Input) -> str:
@@ -147,6 +179,9 @@ class _Builder:
                 if isinstance(bound, str):
                     self.refs[rel] = bound
                     return bound
+                if isinstance(bound, Scalar):  # read as a whole relation: one row, keys 0
+                    keys = [exp.alias_(_zero(), ident(k)) for k in rel.schema.keys]
+                    bound = exp.select(*keys, exp.alias_(bound.tensor, ident("tensor")))
                 query = bound
             else:
                 query = self.select(rel)
@@ -154,7 +189,19 @@ class _Builder:
             self.ctes.append((self.refs[rel], query))
         return self.refs[rel]
 
+    def scalar(self, rel: T.Rel) -> Scalar | None:
+        """The inlined block of a one-block array operand (or its relabelling), if the executor inlines it."""
+        leaf = rel.child if isinstance(rel, T.Relabel) else rel
+        if not isinstance(leaf, T.Input) or leaf in self.refs:
+            return None
+        bound = self.bind(leaf)
+        return bound if isinstance(bound, Scalar) else None
+
     def src(self, rel: T.Rel, alias: str) -> Src:
+        inline = self.scalar(rel)
+        if inline is not None:
+            labels = rel.labels if isinstance(rel, T.Relabel) else rel.schema.keys
+            return Src(None, {lab: _zero() for lab in labels}, [], alias, value=inline.tensor)
         if isinstance(rel, T.Relabel):
             cols: dict[str, exp.Expression] = {}
             where: list[exp.Expression] = []
@@ -203,9 +250,9 @@ class _Builder:
                 lit(rel.join),
                 lit(rel.agg),
                 lit(s.dtype),
-                col("x", "tensor"),
+                sx.tensor(),
                 sx.shape.copy() if sx.shape is not None else block_shape(x, sx.cols),
-                col("y", "tensor"),
+                sy.tensor(),
                 block_shape(y, sy.cols),
             )
             return Row(q, keys, tensor)
@@ -213,14 +260,9 @@ class _Builder:
         c = child.schema
         if isinstance(rel, T.Relabel):
             sc = self.src(rel, "c")
-            q = exp.select().from_(sc.table)
-            for cond in sc.where:
-                q = q.where(cond, copy=False)
-            return Row(q, sc.cols, col("c", "tensor"))
+            return Row(_from(sc), sc.cols, sc.tensor())
         sc = self.src(child, "c")
-        q = exp.select().from_(sc.table)
-        for cond in sc.where:
-            q = q.where(cond, copy=False)
+        q = _from(sc)
         keys = {k: sc.cols[k].copy() for k in c.keys}
         if isinstance(rel, T.Unary):
             tensor = call(
@@ -228,19 +270,19 @@ class _Builder:
                 lit(spec(c.blob, s.blob)),
                 lit(rel.agg),
                 lit(s.dtype),
-                col("c", "tensor"),
+                sc.tensor(),
                 block_shape(c, sc.cols),
             )
         elif isinstance(rel, T.MapBlocks):
-            args = [lit(rel.fn), lit(s.dtype), col("c", "tensor")]
+            args = [lit(rel.fn), lit(s.dtype), sc.tensor()]
             if rel.param is not None:
                 args.append(exp.Cast(this=lit(float(rel.param)), to=exp.DataType.build("DOUBLE")))
             tensor = call("tensor_map", *args)
         elif isinstance(rel, T.CastBlocks):
-            tensor = call("tensor_cast", col("c", "tensor"), lit(c.dtype), lit(s.dtype))
+            tensor = call("tensor_cast", sc.tensor(), lit(c.dtype), lit(s.dtype))
         elif isinstance(rel, T.Positional):
             keys = {k: sc.cols[lab].copy() for k, lab in zip(s.keys, c.blob, strict=True)}
-            tensor = col("c", "tensor")
+            tensor = sc.tensor()
         else:
             raise TypeError(f"unhandled TRA node {type(rel).__name__}")
         return Row(q, keys, tensor)
@@ -252,16 +294,14 @@ class _Builder:
         without its block (no row, or a NULL padding row) makes the result NULL: an absent block."""
         srcs = [self.src(child, f"x{i}") for i, child in enumerate(rel.children)]
         shapes = [lit(child.schema.sizes[k]) for child in rel.children for k in child.schema.blob]
-        q = exp.select().from_(srcs[0].table)
-        for src in srcs[1:]:
-            q = q.join(exp.Join(this=src.table, method="POSITIONAL"), copy=False)
+        q = _from(*srcs)
         keys = {k: exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for k in rel.schema.keys}
         tensor = call(
             "tensor_einsum_path",
             lit(program(rel)),
             lit(rel.schema.dtype),
             array(shapes),
-            *[col(src.alias, "tensor") for src in srcs],
+            *[src.tensor() for src in srcs],
         )
         return Row(q, keys, tensor)
 
@@ -269,10 +309,12 @@ class _Builder:
         """The FROM clause that pairs the blocks of a join's two sides, by the join's method
         (``T.JOIN_METHODS``, chosen by ``compile.rewrite.choose_join``)."""
         left, right = join.left, join.right
-        if join.method == "side_by_side":
+        if sx.table is None or sy.table is None or join.method == "side_by_side":
             # at most one row a side: over stored tables DuckDB reads them as one positional scan that copies
-            # neither block (a hash join copies its build side: ~15 ms for a 64 MiB block)
-            return exp.select().from_(sx.table).join(exp.Join(this=sy.table, method="POSITIONAL"), copy=False)
+            # neither block (a hash join copies its build side: ~15 ms for a 64 MiB block). An inlined
+            # one-block side pairs with every row of the other by itself: its keys are 0 and so are the
+            # other side's keys of every label they share (one block along it too)
+            return _from(sx, sy)
         if join.method in ("repeat_left", "repeat_right"):
             small, big, big_rel = (sx, sy, right) if join.method == "repeat_left" else (sy, sx, left)
             return _positional(small, big, self.rows(big, big_rel))
@@ -306,10 +348,7 @@ class _Builder:
             row = self.row(child)
         else:
             sc = self.src(child, "c")
-            q = exp.select().from_(sc.table)
-            for cond in sc.where:
-                q = q.where(cond, copy=False)
-            row = Row(q, sc.cols, col("c", "tensor"))
+            row = Row(_from(sc), sc.cols, sc.tensor())
         order = list(rename) if rename else list(rel.schema.keys)
         keys = {(rename or {}).get(k, k): row.keys[k] for k in order}
         if _fused(rel, row):
@@ -476,10 +515,27 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int | None) -> exp.Select:
         q = row.source.select(exp.alias_(call("tensor_einsum_agg_into", *args), written), copy=False)
         return q.group_by(*[row.keys[k].copy() for k in agg.schema.keys], copy=False)
     s = root.schema
+    direct = _row_of(b, root)
+    if direct is not None:  # a row-wise root writes each block as it computes it: no CTE in between
+        cols = direct.keys
+        starts, shape = _starts(s, cols), block_shape(s, cols)
+        tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), direct.tensor, shape)
+        return direct.source.select(exp.alias_(tensor, written), copy=False)
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)
     tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), col("c", "tensor"), shape)
     return exp.select(exp.alias_(tensor, written)).from_(table(b.ref(root), "c"))
+
+
+def _row_of(b: _Builder, root: T.Rel) -> Row | None:
+    """The root as one row-wise SELECT (keys in the root's positional names), when it is one."""
+    if isinstance(root, T.Positional) and isinstance(root.child, T.Join | T.Unary):
+        rename = dict(zip(root.child.schema.blob, root.schema.keys, strict=True))
+        row = b.row(root.child)
+        return Row(row.source, {rename[k]: row.keys[k] for k in rename}, row.tensor)
+    if isinstance(root, T.MapBlocks | T.CastBlocks):
+        return b.row(root)
+    return None
 
 
 def to_sink_ast(
