@@ -13,6 +13,7 @@ from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import DTypeError, EinsumError, ShapeError
 from tensorsql.frontend import numpy as frontend
 from tensorsql.frontend.subscripts import parse, split_args
+from tensorsql.ir import expr as E
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Session, as_array
 
@@ -89,7 +90,7 @@ def _entry(s: Session, call_args: list[object], key: Hashable | None, **kw: obje
 
 
 def _finish(res: np.ndarray, final: np.dtype, carrier: str, order: str, out: object, casting: str) -> object:
-    if res.dtype.name == carrier and carrier != final.name:  # computed in a wider carrier: cast back
+    if carrier != final.name and res.dtype.name == carrier:  # computed in a wider carrier: cast back
         res = (res != 0) if final == np.bool_ else res.astype(final)
     if order == "F":
         res = np.asfortranarray(res)
@@ -192,20 +193,25 @@ class ContractExpression:
         self._kw = {"optimize": optimize, "join": join, "agg": agg}
         self._dtype, self._order, self._casting = dtype, order, casting
         self._session = session
-        self._entries: dict[tuple[str, ...], tuple[Entry, np.dtype, str]] = {}
+        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype]] = {}
 
     def __call__(self, *arrays: object, out: np.ndarray | None = None, **_: object) -> object:
         if len(arrays) != self.num_args:
             raise EinsumError(f"this expression takes {self.num_args} arrays, got {len(arrays)}")
-        given = iter(arrays)
-        full = [
-            self._constants[i] if i in self._constants else as_array(next(given), f"operand {i}")
-            for i in range(len(self.shapes))
-        ]
+        if self._constants:
+            given = iter(arrays)
+            full = [
+                self._constants[i] if i in self._constants else as_array(next(given), f"operand {i}")
+                for i in range(len(self.shapes))
+            ]
+        else:
+            full = [
+                a if isinstance(a, np.ndarray) else as_array(a, f"operand {i}") for i, a in enumerate(arrays)
+            ]
         for i, (a, shp) in enumerate(zip(full, self.shapes, strict=True)):
             if a.shape != shp:
                 raise ShapeError(f"operand {i} has shape {a.shape}, but the expression was built for {shp}")
-        sig = tuple(a.dtype.str for a in full)
+        sig = tuple(a.dtype for a in full)
         found = self._entries.get(sig)
         s = self._session or default_session()
         if found is None:
@@ -213,10 +219,12 @@ class ContractExpression:
             carrier = carrier_dtype(final)
             cast = [a.astype(carrier, copy=False) for a in full]
             entry = _entry(s, [self.subscripts, *cast], None, **self._kw)
-            found = self._entries[sig] = (entry, final, carrier)
-        entry, final, carrier = found
-        cast = [a.astype(carrier, copy=False) for a in full]
+            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier))
+        entry, final, carrier, cdt = found
+        cast = [a if a.dtype == cdt else a.astype(cdt) for a in full]
         res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
+        if out is None and self._order == "K" and carrier == final.name:
+            return res[()] if res.ndim == 0 else res
         return _finish(res, final, carrier, self._order, out, self._casting)
 
     def __repr__(self) -> str:
@@ -258,9 +266,18 @@ def einsum_path(*args: object, optimize: object = "greedy") -> tuple[list[object
 def _apply(x: object, fn: str, param: float | None = None) -> object:
     if isinstance(x, TensorRelation):
         return x.session.map(x, fn, param)
-    arr = np.asarray(x)
+    arr = as_array(x, fn)
+    arr = arr.astype(carrier_dtype(arr.dtype), copy=False)
     s = default_session()
-    out = s.map(s.from_numpy(arr.astype(carrier_dtype(arr.dtype), copy=False)), fn, param).numpy()
+    opt = hashable(param)
+    key = None if opt is None else ("map", fn, opt, arr.shape, arr.dtype.str)
+    entry = s.plans.get(key) if key is not None else None
+    if entry is None:  # the array is an operand of the plan (lent to the query), planned once per shape
+        leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name="x")
+        entry = Entry((leaf,), s.map(TensorRelation(s, leaf, {leaf: arr}), fn, param).plan())
+        if key is not None:
+            s.plans.put(key, entry)
+    out = s.value(entry.plan, {entry.leaves[0]: arr})  # type: ignore[dict-item]
     return out[()] if out.ndim == 0 else out
 
 

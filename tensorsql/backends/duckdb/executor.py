@@ -57,6 +57,8 @@ class _Statement:
     views: list[str | None]
     slots: list[object | None]
     sink_slot: object | None = None
+    #: the result has one blob label per dimension (a result sink can hold it)
+    sinkable: bool = True
     text: dict[str, str] = field(default_factory=dict)
     runs: int = 0
     prepared: str | None = None
@@ -272,8 +274,7 @@ class DuckDBExecutor:
         DuckDB blob, Arrow buffer or assembly copy. False when sinks are unavailable, the kernels refuse the
         array, or not every element was written (absent blocks of a sparse stored input): the caller then goes
         through ``run_arrow``, which fills those with zeros."""
-        schema = plan.tra.schema
-        if len(set(schema.blob)) != len(schema.blob) or out.size == 0:
+        if out.size == 0:
             return False
         with self._lock:
             if self._sinks is None:
@@ -281,6 +282,8 @@ class DuckDBExecutor:
             if not self._sinks:
                 return False
             st = self._statement(plan)
+            if not st.sinkable:
+                return False
             self._bind(st, plan, bindings)
             try:
                 if st.sink_slot is not None:
@@ -372,7 +375,8 @@ class DuckDBExecutor:
                 views.append(f"_ts_arg_{uid}_{k}")
                 slots.append(None)
         sink_slot = udf_sink.Slot(self.kernels) if lend else None
-        st = _Statement(views, slots, sink_slot)
+        blob = plan.tra.schema.blob
+        st = _Statement(views, slots, sink_slot, sinkable=len(set(blob)) == len(blob))
         self._statements[plan] = st
         return st
 
