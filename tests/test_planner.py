@@ -200,7 +200,7 @@ def test_nary_einsum_is_split_into_binary_steps():
 def test_all_strategies_valid_and_eindecomp_best(kind, p):
     g = matrix_chain(kind, 1000)
     costs = {}
-    for strategy in planner.STRATEGIES:
+    for strategy in planner.PLANNER_STRATEGIES:
         plan = planner.decompose(g, p, strategy)
         for v in g.vertices:
             if v.einsum is not None:
@@ -242,7 +242,7 @@ def test_too_small_for_p_takes_fewer_calls():
     a, b = g.input("A", (3, 3)), g.input("B", (3, 1))
     z = g.einsum("ij,jk->ik", a, b)
     assert planner.effective_p(z.einsum, 16) == 4
-    for strategy in planner.STRATEGIES:
+    for strategy in planner.PLANNER_STRATEGIES:
         plan = planner.decompose(g, 16, strategy)
         assert plan.calls(z) == (1 if strategy == "none" else 4)
     assert "too small" in " ".join(planner.decompose(g, 16).notes)
