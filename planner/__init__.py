@@ -6,6 +6,7 @@ chosen partitionings into TRA plans.
 
 from __future__ import annotations
 
+from . import ops
 from .costs import CostModel, agg_cost, effective_p, join_cost, kernel_calls, repart_cost, viable
 from .decompose import Plan, choose_p, decompose, evaluate
 from .einsum import AGG_FUNCTIONS, JOIN_FUNCTIONS, EinSum, PlanningError
@@ -38,6 +39,7 @@ __all__ = [
     "decompose",
     "effective_p",
     "evaluate",
+    "ops",
     "is_planner_strategy",
     "join_cost",
     "kernel_calls",
