@@ -19,22 +19,14 @@ namespace {
 
 template <class A>
 struct ReduceState {
-	static const char *const kName;
+	static constexpr const char *kName = A::kSql; // tensor_sum, tensor_max, ...
 	DType dtype;
 	AlignedBuf buf;
 };
-template <>
-const char *const ReduceState<ASum>::kName = "tensor_sum";
-template <>
-const char *const ReduceState<AMax>::kName = "tensor_max";
-template <>
-const char *const ReduceState<AMin>::kName = "tensor_min";
-template <>
-const char *const ReduceState<AProd>::kName = "tensor_prod";
 
 template <class A>
 void check_reducible(const char *fn, DType dt) {
-	if ((std::is_same_v<A, AMax> || std::is_same_v<A, AMin>) && is_complex_dtype(dt)) {
+	if (!A::kComplex && is_complex_dtype(dt)) {
 		fail(std::string(fn) + ": not defined for complex (dtype " + dtype_name(dt) + ")");
 	}
 }
@@ -289,8 +281,8 @@ AggDef reduce_def() {
 } // namespace
 
 bool register_aggregates(duckdb_connection con) {
-	bool ok = register_one(con, reduce_def<ASum>()) && register_one(con, reduce_def<AMax>()) &&
-	          register_one(con, reduce_def<AMin>()) && register_one(con, reduce_def<AProd>());
+	// tensor_sum, tensor_max, ...: one block aggregate per aggregation of the operator table (ops.hpp)
+	bool ok = all_aggs([&](auto tag) { return register_one(con, reduce_def<decltype(tag)>()); });
 	ok = ok && register_one(con, AggDef {"tensor_assemble",
 	                                     {Ty::Varchar, Ty::Blob, Ty::ListBigInt, Ty::ListBigInt, Ty::ListBigInt},
 	                                     state_init<AssembleState>,

@@ -21,87 +21,6 @@
 namespace tsk {
 namespace {
 
-enum class Join { Mul, Add, Sub, Div, SqDiff, AbsDiff, Max, Min };
-enum class Agg { Sum, Max, Min, Prod };
-
-constexpr const char *kJoinChoices = "multiply, add, subtract, divide, sqdiff, absdiff, max, min";
-constexpr const char *kAggChoices = "sum, max, min, prod";
-
-Join parse_join(const Bytes &s, const char *fn) {
-	static const std::pair<const char *, Join> names[] = {
-	    {"multiply", Join::Mul}, {"add", Join::Add},         {"subtract", Join::Sub}, {"divide", Join::Div},
-	    {"sqdiff", Join::SqDiff}, {"absdiff", Join::AbsDiff}, {"max", Join::Max},      {"min", Join::Min}};
-	for (const auto &n : names) {
-		if (same_bytes(s, n.first)) {
-			return n.second;
-		}
-	}
-	fail(std::string(fn) + ": unknown join '" + s.str() + "' (valid: " + kJoinChoices + ")");
-}
-
-Agg parse_agg(const Bytes &s, const char *fn) {
-	static const std::pair<const char *, Agg> names[] = {
-	    {"sum", Agg::Sum}, {"max", Agg::Max}, {"min", Agg::Min}, {"prod", Agg::Prod}};
-	for (const auto &n : names) {
-		if (same_bytes(s, n.first)) {
-			return n.second;
-		}
-	}
-	fail(std::string(fn) + ": unknown agg '" + s.str() + "' (valid: " + kAggChoices + ")");
-}
-
-// ---- join and aggregation functors ----
-
-struct JMul {
-	template <class T>
-	static T f(T a, T b) {
-		return wmul(a, b);
-	}
-};
-struct JAdd {
-	template <class T>
-	static T f(T a, T b) {
-		return wadd(a, b);
-	}
-};
-struct JSub {
-	template <class T>
-	static T f(T a, T b) {
-		return wsub(a, b);
-	}
-};
-struct JDiv {
-	template <class T>
-	static T f(T a, T b) {
-		return wdiv(a, b);
-	}
-};
-struct JSqDiff {
-	template <class T>
-	static T f(T a, T b) {
-		T d = wsub(a, b);
-		return wmul(d, d);
-	}
-};
-struct JAbsDiff {
-	template <class T>
-	static T f(T a, T b) {
-		return wabs(wsub(a, b));
-	}
-};
-struct JMax {
-	template <class T>
-	static T f(T a, T b) {
-		return nan_max(a, b);
-	}
-};
-struct JMin {
-	template <class T>
-	static T f(T a, T b) {
-		return nan_min(a, b);
-	}
-};
-
 template <class T, class J, class A, bool BIN>
 void kernel(const Plan &p, const T *x, const T *y, T *z) {
 	T *zp = z;
@@ -178,58 +97,26 @@ void kernel_any(const Plan &p, const T *x, const T *y, T *z) {
 
 template <class T, class J, bool BIN, bool ACC = false>
 void run_agg(Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	switch (agg) {
-	case Agg::Sum:
-		return kernel_any<T, J, ASum, BIN, ACC>(p, x, y, z);
-	case Agg::Prod:
-		return kernel_any<T, J, AProd, BIN, ACC>(p, x, y, z);
-	case Agg::Max:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "agg", "max", name_of<T>());
+	with_agg(agg, [&](auto tag) {
+		using A = decltype(tag);
+		if constexpr (is_complex_v<T> && !A::kComplex) {
+			not_for_complex(fn, "agg", A::kName, name_of<T>());
 		} else {
-			return kernel_any<T, J, AMax, BIN, ACC>(p, x, y, z);
+			kernel_any<T, J, A, BIN, ACC>(p, x, y, z);
 		}
-	case Agg::Min:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "agg", "min", name_of<T>());
-		} else {
-			return kernel_any<T, J, AMin, BIN, ACC>(p, x, y, z);
-		}
-	}
+	});
 }
 
 template <class T, bool ACC = false>
 void run_join(Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	switch (join) {
-	case Join::Mul:
-		return run_agg<T, JMul, true, ACC>(agg, p, x, y, z, fn);
-	case Join::Add:
-		return run_agg<T, JAdd, true, ACC>(agg, p, x, y, z, fn);
-	case Join::Sub:
-		return run_agg<T, JSub, true, ACC>(agg, p, x, y, z, fn);
-	case Join::Div:
-		return run_agg<T, JDiv, true, ACC>(agg, p, x, y, z, fn);
-	case Join::SqDiff:
-		return run_agg<T, JSqDiff, true, ACC>(agg, p, x, y, z, fn);
-	case Join::AbsDiff:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "join", "absdiff", name_of<T>());
+	with_join(join, [&](auto tag) {
+		using J = decltype(tag);
+		if constexpr (is_complex_v<T> && !J::kComplex) {
+			not_for_complex(fn, "join", J::kName, name_of<T>());
 		} else {
-			return run_agg<T, JAbsDiff, true, ACC>(agg, p, x, y, z, fn);
+			run_agg<T, J, true, ACC>(agg, p, x, y, z, fn);
 		}
-	case Join::Max:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "join", "max", name_of<T>());
-		} else {
-			return run_agg<T, JMax, true, ACC>(agg, p, x, y, z, fn);
-		}
-	case Join::Min:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "join", "min", name_of<T>());
-		} else {
-			return run_agg<T, JMin, true, ACC>(agg, p, x, y, z, fn);
-		}
-	}
+	});
 }
 
 } // namespace
@@ -496,23 +383,14 @@ bool same_layout(const std::vector<Loop> &a, const std::vector<Loop> &b) {
 
 template <class T>
 T agg_identity(Agg a) {
-	switch (a) {
-	case Agg::Sum:
-		return ASum::identity<T>();
-	case Agg::Prod:
-		return AProd::identity<T>();
-	case Agg::Max:
-		if constexpr (!is_complex_v<T>) {
-			return AMax::identity<T>();
+	return with_agg(a, [](auto tag) -> T {
+		using A = decltype(tag);
+		if constexpr (is_complex_v<T> && !A::kComplex) {
+			return T(0); // never used: such a state is refused on its first row
+		} else {
+			return A::template identity<T>();
 		}
-		break;
-	case Agg::Min:
-		if constexpr (!is_complex_v<T>) {
-			return AMin::identity<T>();
-		}
-		break;
-	}
-	return T(0);
+	});
 }
 
 template <class T>
@@ -552,16 +430,7 @@ void EinsumAggState::to_z() {
 }
 
 void combine_into(Agg agg, DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
-	switch (agg) {
-	case Agg::Sum:
-		return reduce_into<ASum>(dt, acc, src, n, fn);
-	case Agg::Prod:
-		return reduce_into<AProd>(dt, acc, src, n, fn);
-	case Agg::Max:
-		return reduce_into<AMax>(dt, acc, src, n, fn);
-	case Agg::Min:
-		return reduce_into<AMin>(dt, acc, src, n, fn);
-	}
+	with_agg(agg, [&](auto tag) { reduce_into<decltype(tag)>(dt, acc, src, n, fn); });
 }
 
 void check_state(const EinsumAggState &st, DType dt, Agg agg, const Shape &out, const char *fn) {
@@ -905,8 +774,8 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 				using T = typename decltype(tag)::type;
 				if (st == nullptr) {
 					if constexpr (is_complex_v<T>) {
-						if (r.agg == Agg::Max || r.agg == Agg::Min) {
-							not_for_complex(FN, "agg", r.agg == Agg::Max ? "max" : "min", name_of<T>());
+						if (!agg_complex(r.agg)) {
+							not_for_complex(FN, "agg", agg_name(r.agg), name_of<T>());
 						}
 					}
 					auto fresh = std::make_unique<EinsumAggState>();
