@@ -91,7 +91,7 @@ struct MapParam {
 
 // Integer power by squaring with wrapping arithmetic.
 template <class T>
-inline T ipow(T base, uint64_t e) {
+[[gnu::always_inline]] inline T ipow(T base, uint64_t e) {
 	T r = 1;
 	while (e) {
 		if (e & 1) {
@@ -104,7 +104,7 @@ inline T ipow(T base, uint64_t e) {
 }
 
 template <class T>
-inline T param_pow(T v, const MapParam<T> &p) {
+[[gnu::always_inline]] inline T param_pow(T v, const MapParam<T> &p) {
 	if constexpr (std::is_integral_v<T>) {
 		return ipow(v, p.exponent);
 	} else {
@@ -113,7 +113,7 @@ inline T param_pow(T v, const MapParam<T> &p) {
 }
 
 template <class T>
-inline T param_scale(T v, const MapParam<T> &p) {
+[[gnu::always_inline]] inline T param_scale(T v, const MapParam<T> &p) {
 	if constexpr (std::is_integral_v<T>) {
 		return wmul(v, p.value);
 	} else {
