@@ -2,6 +2,7 @@
 #include "dtype.hpp"
 #include "functions.hpp"
 #include "ops.hpp"
+#include "rows.hpp"
 
 namespace tsk {
 namespace {
@@ -49,29 +50,26 @@ void map_kernel(Fn f, const unsigned char *in, unsigned char *out, uint64_t n, b
 void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output, bool with_param) {
 	static constexpr const char *FN = "tensor_map";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col fn_c(input, 0), dtype_c(input, 1), x_c(input, 2);
+		Col fn_c(input, 0);
+		DTypeCol dtype_c(input, 1);
+		BlobCol x(input, 2);
 		Col param_c = with_param ? Col(input, 3) : Col(input, 2);
 		Cached<Fn> fns;
-		DTypeArg dtypes;
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!fn_c.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) || (with_param && !param_c.valid(row))) {
-				set_null(output, row);
-				continue;
-			}
+		const auto args_valid = all_valid(fn_c, dtype_c, x);
+		auto valid = [&](idx_t row) { return args_valid(row) && (!with_param || param_c.valid(row)); };
+		scalar_rows(input, output, valid, [&](idx_t row) {
 			const Fn f = fns.get(fn_c.str(row), [](const Bytes &b) { return parse_fn(b, FN); });
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			const uint64_t n = check_whole(FN, "operand x", xb, dt);
+			const DType dt = dtype_c.get(row, FN);
+			const uint64_t n = x.read(row, dt, FN);
 			const double param = with_param ? param_c.f64(row) : 0.0;
-			unsigned char *z = zb.resize(xb.size);
+			unsigned char *z = zb.resize(x.bytes.size);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
-				map_kernel<T>(f, xb.udata(), z, n, with_param, param, FN);
+				map_kernel<T>(f, x.bytes.udata(), z, n, with_param, param, FN);
 			});
-			set_blob(output, row, z, xb.size);
-		}
+			set_blob(output, row, z, x.bytes.size);
+		});
 	});
 }
 
@@ -88,19 +86,13 @@ void tensor_map_param(duckdb_function_info info, duckdb_data_chunk input, duckdb
 void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_cast";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), from_c(input, 1), to_c(input, 2);
-		DTypeArg froms, tos;
+		BlobCol x(input, 0);
+		DTypeCol from_c(input, 1), to_c(input, 2);
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!x_c.valid(row) || !from_c.valid(row) || !to_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType from = froms.get(from_c.str(row), FN, "from_dtype");
-			const DType to = tos.get(to_c.str(row), FN, "to_dtype");
-			const Bytes xb = x_c.str(row);
-			const uint64_t n = check_whole(FN, "operand x", xb, from);
+		scalar_rows(input, output, all_valid(x, from_c, to_c), [&](idx_t row) {
+			const DType from = from_c.get(row, FN, "from_dtype");
+			const DType to = to_c.get(row, FN, "to_dtype");
+			const uint64_t n = x.read(row, from, FN);
 			const size_t out_bytes = n * itemsize(to);
 			if (out_bytes > kMaxBlobBytes) {
 				fail(std::string(FN) + ": result of " + std::to_string(out_bytes) + " bytes exceeds the block limit");
@@ -111,12 +103,12 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 				dispatch(to, [&](auto ttag) {
 					using T = typename decltype(ttag)::type;
 					for (uint64_t i = 0; i < n; i++) {
-						store<T>(z + i * sizeof(T), convert<T>(load<F>(xb.udata() + i * sizeof(F))));
+						store<T>(z + i * sizeof(T), convert<T>(load<F>(x.bytes.udata() + i * sizeof(F))));
 					}
 				});
 			});
 			set_blob(output, row, z, out_bytes);
-		}
+		});
 	});
 }
 
