@@ -27,12 +27,12 @@ def main(p: int = 16, s: int = 1000) -> None:
     print(f"llama graph: {len(g)} vertices ({n_einsum} einsums), built in {t1 - t0:.3f} s")
     print(f"eindecomp plan time at p={p}: {t2 - t1:.3f} s (target < 2 s)")
     print(f"  notes: {'; '.join(plan.notes) or '-'}")
-    for strategy in planner.STRATEGIES:
+    for strategy in planner.PLANNER_STRATEGIES:
         c = planner.decompose(g, p, strategy).cost
         print(f"  llama {strategy:9s} cost {c:.4e}  ratio to eindecomp {c / plan.cost:.2f}")
     for kind in ("square", "skewed"):
         chain = matrix_chain(kind, s)
-        costs = {st: planner.decompose(chain, p, st).cost for st in planner.STRATEGIES}
+        costs = {st: planner.decompose(chain, p, st).cost for st in planner.PLANNER_STRATEGIES}
         print(f"{kind} chain (s={s}), p={p}:")
         for st, c in costs.items():
             note = "  (1 kernel call per vertex: not comparable)" if st == "none" else ""

@@ -6,26 +6,41 @@ chosen partitionings into TRA plans.
 
 from __future__ import annotations
 
+from . import ops
 from .costs import CostModel, agg_cost, effective_p, join_cost, kernel_calls, repart_cost, viable
-from .decompose import STRATEGIES, Plan, choose_p, decompose, evaluate
+from .decompose import Plan, choose_p, decompose, evaluate
 from .einsum import AGG_FUNCTIONS, JOIN_FUNCTIONS, EinSum, PlanningError
 from .graph import EinGraph, Vertex
+from .strategies import (
+    OPERANDS,
+    PLANNER_STRATEGIES,
+    STRATEGIES,
+    STRATEGY_TABLE,
+    Strategy,
+    is_planner_strategy,
+)
 
 __all__ = [
     "AGG_FUNCTIONS",
     "JOIN_FUNCTIONS",
+    "OPERANDS",
+    "PLANNER_STRATEGIES",
     "STRATEGIES",
+    "STRATEGY_TABLE",
     "CostModel",
     "EinGraph",
     "EinSum",
     "Plan",
     "PlanningError",
+    "Strategy",
     "Vertex",
     "agg_cost",
     "choose_p",
     "decompose",
     "effective_p",
     "evaluate",
+    "ops",
+    "is_planner_strategy",
     "join_cost",
     "kernel_calls",
     "repart_cost",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import ops
 from .einsum import EinSum, PlanningError
 
 __all__ = [
@@ -136,7 +137,7 @@ def local_costs(e: EinSum, D: np.ndarray) -> dict[str, np.ndarray]:
     nagg = Df[:, list(ix.agg)].prod(axis=1)
     nz = ext[:, list(ix.out)].prod(axis=1)
     agg = calls / nagg * (nagg - 1) * nz
-    flops = calls * ext.prod(axis=1) * (1.0 if e.is_unary else 2.0)
+    flops = calls * ext.prod(axis=1) * (ops.MAP_FLOPS if e.is_unary else ops.JOIN_FLOPS + ops.AGG_FLOPS)
     return {"calls": calls, "join": join, "agg": agg, "flops": flops}
 
 

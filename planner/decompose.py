@@ -27,10 +27,9 @@ import numpy as np
 from .costs import CostModel, _divisors, _index, effective_p, local_costs, repart_matrix, viable_array
 from .einsum import EinSum, PlanningError
 from .graph import EinGraph, Vertex
+from .strategies import OPERANDS, PLANNER_STRATEGIES
 
-__all__ = ["STRATEGIES", "Plan", "choose_p", "decompose", "evaluate"]
-
-STRATEGIES = ("eindecomp", "sqrt", "data", "model", "none")
+__all__ = ["Plan", "choose_p", "decompose", "evaluate"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -444,6 +443,18 @@ def _baseline_row(e: EinSum, p: int, strategy: str) -> np.ndarray:
 
 
 # ---- entry points --------------------------------------------------------------------------------------
+def _check_strategy(strategy: object) -> None:
+    """A strategy ``decompose`` computes; "operands" and unknown names raise PlanningError."""
+    if strategy == OPERANDS:
+        raise PlanningError(
+            f"strategy {OPERANDS!r} is tensorsql's keep-the-operands'-blocking strategy, not a planner "
+            "strategy: the planner does not know the operands' blocking (planner.evaluate costs a given "
+            f"blocking); planner strategies: {', '.join(PLANNER_STRATEGIES)}"
+        )
+    if not isinstance(strategy, str) or strategy not in PLANNER_STRATEGIES:
+        raise PlanningError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLANNER_STRATEGIES)}")
+
+
 def decompose(
     graph: EinGraph,
     p: int,
@@ -457,13 +468,14 @@ def decompose(
 
     A vertex too small for p kernel calls gets the largest divisor of p it can take (``effective_p``).
     ``cost_model`` None costs elements moved (the paper); a CostModel costs seconds. "none" ignores p.
+    ``strategy`` is one of ``PLANNER_STRATEGIES``; "operands" (tensorsql's keep-the-blocking strategy, see
+    ``planner.strategies``) raises PlanningError, as does an unknown name.
     """
     if not isinstance(graph, EinGraph):
         raise PlanningError(f"decompose needs an EinGraph, got {type(graph).__name__}")
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
         raise PlanningError(f"p must be a positive int, got {p!r}")
-    if strategy not in STRATEGIES:
-        raise PlanningError(f"unknown strategy {strategy!r}; choose one of {STRATEGIES}")
+    _check_strategy(strategy)
     if cost_model is not None and not isinstance(cost_model, CostModel):
         raise PlanningError(f"cost_model must be a CostModel or None, got {type(cost_model).__name__}")
     verts = [v for v in graph.vertices if v.einsum is not None]

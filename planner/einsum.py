@@ -9,13 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from . import ops
+
 __all__ = ["AGG_FUNCTIONS", "EinSum", "JOIN_FUNCTIONS", "PlanningError"]
 
-#: Binary join functions (⊗) the extended EinSum knows. The planner only carries them through: its cost
-#: model does not depend on them, but a typo should fail at planning time, not deep in SQL generation.
-JOIN_FUNCTIONS = frozenset({"multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min"})
-#: Aggregations (⊕): associative and commutative, so partial aggregates can be combined in any order.
-AGG_FUNCTIONS = frozenset({"sum", "max", "min", "prod"})
+#: Binary join functions (⊗) the extended EinSum knows (``planner.ops.JOINS``). The planner only carries them
+#: through: its cost model does not depend on them, but a typo should fail at planning time, not deep in SQL
+#: generation.
+JOIN_FUNCTIONS = frozenset(ops.JOINS)
+#: Aggregations (⊕, ``planner.ops.AGGS``): associative and commutative, so partial aggregates can be combined
+#: in any order.
+AGG_FUNCTIONS = frozenset(ops.AGGS)
 
 
 class PlanningError(ValueError):

@@ -40,16 +40,31 @@ class EinGraph:
     def __init__(self) -> None:
         self._vertices: list[Vertex] = []
         self._consumers: dict[Vertex, list[Vertex]] = {}
+        #: names the caller gave: unique among themselves
         self._names: set[str] = set()
+        #: names made up for unnamed vertices: not part of the caller's namespace
+        self._auto_names: set[str] = set()
+
+    def _fresh_name(self, vid: int) -> str:
+        """``v{vid}``, or the first free of ``v{vid}_1``, ``v{vid}_2``, ..."""
+        name, k = f"v{vid}", 0
+        while name in self._names or name in self._auto_names:
+            k += 1
+            name = f"v{vid}_{k}"
+        return name
 
     def _add(self, name: str | None, shape: tuple[int, ...], einsum: EinSum | None, inputs: tuple) -> Vertex:
+        # Caller-given names must be unique among caller-given names. A made-up name never takes a name in use
+        # when it is made, and never stops the caller from using a name later: it is a label for display, not
+        # a reservation (vertices are identified by their handles, never looked up by name).
         vid = len(self._vertices)
+        auto = name is None
         if name is None:
-            name = f"v{vid}"
-        if name in self._names:
+            name = self._fresh_name(vid)
+        elif name in self._names:
             raise PlanningError(f"vertex name {name!r} is already used")
         v = Vertex(vid, name, shape, einsum, inputs)
-        self._names.add(name)
+        (self._auto_names if auto else self._names).add(name)
         self._vertices.append(v)
         self._consumers[v] = []
         for u in inputs:

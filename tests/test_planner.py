@@ -185,6 +185,38 @@ def test_graph_handles_order_and_consumers():
         EinGraph().einsum("ij->ji", a)
 
 
+def test_made_up_names_never_collide_with_given_names():
+    # regression: unnamed vertices were named v{id} in the caller's namespace, so an input named "v8" given
+    # after vertex 8 failed with "vertex name 'v8' is already used"
+    g = EinGraph()
+    x = g.input("x", (4, 4))
+    y = x
+    for _ in range(8):
+        y = g.einsum("ij,jk->ik", y, x)
+    assert [v.name for v in g.vertices[1:]] == [f"v{i}" for i in range(1, 9)]
+    v8 = g.input("v8", (4, 4))  # the name an unnamed vertex was given: still the caller's to use
+    z = g.einsum("ij,jk->ik", y, v8, name="v1")
+    assert v8.name == "v8" and z.name == "v1" and g.outputs == (z,)
+    # and the other way: a made-up name skips the names in use
+    g2 = EinGraph()
+    a, b = g2.input("v2", (3, 3)), g2.input("v2_1", (3, 3))
+    c = g2.einsum("ij,jk->ik", a, b)
+    d = g2.einsum("ij,jk->ik", c, a)
+    assert (c.name, d.name) == ("v2_2", "v3")
+    assert len({v.name for v in g2.vertices}) == 4
+    # caller-given names stay unique among themselves
+    with pytest.raises(PlanningError, match="'v2' is already used"):
+        g2.input("v2", (3, 3))
+    with pytest.raises(PlanningError, match="'v8' is already used"):
+        g.einsum("ij->ji", x, name="v8")
+    # n-ary steps: the intermediate steps are unnamed, only the last takes the given name
+    g3 = EinGraph()
+    p, q, r = g3.input("v3", (2, 3)), g3.input("v4", (3, 4)), g3.input("v5", (4, 5))
+    out = g3.einsum("ij,jk,kl->il", p, q, r, name="v6")
+    assert out.name == "v6" and len({v.name for v in g3.vertices}) == len(g3)
+    assert planner.decompose(g3, 2).cost >= 0
+
+
 def test_nary_einsum_is_split_into_binary_steps():
     g = EinGraph()
     a, b, c = g.input("A", (10, 20)), g.input("B", (20, 30)), g.input("C", (30, 5))
@@ -200,7 +232,7 @@ def test_nary_einsum_is_split_into_binary_steps():
 def test_all_strategies_valid_and_eindecomp_best(kind, p):
     g = matrix_chain(kind, 1000)
     costs = {}
-    for strategy in planner.STRATEGIES:
+    for strategy in planner.PLANNER_STRATEGIES:
         plan = planner.decompose(g, p, strategy)
         for v in g.vertices:
             if v.einsum is not None:
@@ -242,7 +274,7 @@ def test_too_small_for_p_takes_fewer_calls():
     a, b = g.input("A", (3, 3)), g.input("B", (3, 1))
     z = g.einsum("ij,jk->ik", a, b)
     assert planner.effective_p(z.einsum, 16) == 4
-    for strategy in planner.STRATEGIES:
+    for strategy in planner.PLANNER_STRATEGIES:
         plan = planner.decompose(g, 16, strategy)
         assert plan.calls(z) == (1 if strategy == "none" else 4)
     assert "too small" in " ".join(planner.decompose(g, 16).notes)

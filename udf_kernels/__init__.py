@@ -29,6 +29,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 EXTENSION_FILE = "tensorsql_kernels.duckdb_extension"
 
 #: Every SQL function the extension registers: name -> signature and one-line description.
+#: tests/test_function_table.py checks it against what DuckDB lists for the loaded extension, both ways.
 SQL_FUNCTIONS: dict[str, str] = {
     "tensor_einsum": (
         "tensor_einsum(spec VARCHAR, join VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[], "
@@ -40,6 +41,17 @@ SQL_FUNCTIONS: dict[str, str] = {
         "y BLOB, y_shape BIGINT[]) -> BLOB: aggregate, = tensor_<agg>(tensor_einsum(...), dtype) fused: each "
         "row's block product accumulates into the group's output block (GEMM with beta=1 for multiply/sum); "
         "an empty group gives NULL"
+    ),
+    "tensor_einsum_path": (
+        "tensor_einsum_path(program VARCHAR, dtype VARCHAR, shapes BIGINT[], x0 BLOB, x1 BLOB, ...) -> BLOB: "
+        "a tree of binary multiply/sum contractions of single blocks in one call; program is 'i,j:spec' per "
+        "step, ';'-separated (operands: the blocks, then the steps' results; the last step's result is "
+        "returned), shapes the blocks' shapes concatenated; NULL when a block is NULL; volatile"
+    ),
+    "tensor_einsum_path_into": (
+        "tensor_einsum_path_into(sink BIGINT, start BIGINT[], <tensor_einsum_path's arguments>) -> BIGINT: "
+        "the result written into result sink `sink` at `start` (the last step's GEMM writes there in place "
+        "when the block is one contiguous run of it); returns the elements written"
     ),
     "tensor_einsum1": (
         "tensor_einsum1(spec VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[]) -> BLOB: "
@@ -86,6 +98,10 @@ SQL_FUNCTIONS: dict[str, str] = {
         "tensor_source(slot BIGINT [, start BIGINT[], shape BIGINT[]]) -> BLOB: the array lent to slot "
         "`slot` (udf_kernels.sink.Slot), whole in C order or its block of `shape` at element coordinates "
         "`start`; volatile, so a prepared statement reads the slot again at every EXECUTE"
+    ),
+    "tensor_pin": (
+        "tensor_pin(list BIGINT[]) -> BIGINT[]: the list unchanged; volatile, so DuckDB computes it where it "
+        "is written (a join side carrying it keeps DuckDB from buffering, and so copying, the join's output)"
     ),
     "tensorsql_kernels_version": "tensorsql_kernels_version() -> VARCHAR: the extension's version",
     "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",

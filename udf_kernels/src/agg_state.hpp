@@ -50,7 +50,7 @@ template <class A>
 inline void reduce_into(DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
 	dispatch(dt, [&](auto tag) {
 		using T = typename decltype(tag)::type;
-		if constexpr (is_complex_v<T> && (std::is_same_v<A, AMax> || std::is_same_v<A, AMin>)) {
+		if constexpr (is_complex_v<T> && !A::kComplex) {
 			fail(std::string(fn) + ": not defined for complex (dtype " + name_of<T>() + ")");
 		} else {
 			for (uint64_t i = 0; i < n; i++) {

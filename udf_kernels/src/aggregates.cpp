@@ -9,6 +9,7 @@
 #include "functions.hpp"
 #include "ops.hpp"
 #include "agg_state.hpp"
+#include "rows.hpp"
 
 #include <memory>
 
@@ -19,22 +20,14 @@ namespace {
 
 template <class A>
 struct ReduceState {
-	static const char *const kName;
+	static constexpr const char *kName = A::kSql; // tensor_sum, tensor_max, ...
 	DType dtype;
 	AlignedBuf buf;
 };
-template <>
-const char *const ReduceState<ASum>::kName = "tensor_sum";
-template <>
-const char *const ReduceState<AMax>::kName = "tensor_max";
-template <>
-const char *const ReduceState<AMin>::kName = "tensor_min";
-template <>
-const char *const ReduceState<AProd>::kName = "tensor_prod";
 
 template <class A>
 void check_reducible(const char *fn, DType dt) {
-	if ((std::is_same_v<A, AMax> || std::is_same_v<A, AMin>) && is_complex_dtype(dt)) {
+	if (!A::kComplex && is_complex_dtype(dt)) {
 		fail(std::string(fn) + ": not defined for complex (dtype " + dtype_name(dt) + ")");
 	}
 }
@@ -44,16 +37,12 @@ void reduce_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_ag
 	using S = ReduceState<A>;
 	const char *FN = S::kName;
 	guard_aggregate(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), dtype_c(input, 1);
-		DTypeArg dtypes;
-		for (idx_t row = 0; row < count; row++) {
-			if (!x_c.valid(row) || !dtype_c.valid(row)) {
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			const uint64_t n = check_whole(FN, "operand x", xb, dt);
+		BlobCol x(input, 0);
+		DTypeCol dtype_c(input, 1);
+		update_rows(input, all_valid(x, dtype_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
+			const uint64_t n = x.read(row, dt, FN);
+			const Bytes &xb = x.bytes;
 			S *&st = slot<S>(states[row]);
 			if (st == nullptr) {
 				check_reducible<A>(FN, dt);
@@ -64,7 +53,7 @@ void reduce_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_ag
 					std::memcpy(p, xb.data, xb.size);
 				}
 				st = fresh.release();
-				continue;
+				return;
 			}
 			check_same_dtype(FN, st->dtype, dt);
 			if (st->buf.size() != xb.size) {
@@ -72,7 +61,7 @@ void reduce_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_ag
 				     " bytes, then " + std::to_string(xb.size) + " bytes)");
 			}
 			reduce_into<A>(dt, st->buf.data(), xb.udata(), n, FN);
-		}
+		});
 	});
 }
 
@@ -117,22 +106,16 @@ struct AssembleState {
 void assemble_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
 	static constexpr const char *FN = AssembleState::kName;
 	guard_aggregate(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col dtype_c(input, 0), x_c(input, 1);
-		ListCol xs_c(input, 2), off_c(input, 3), outs_c(input, 4);
-		DTypeArg dtypes;
-		Shape xs, off, outs, zero;
-		for (idx_t row = 0; row < count; row++) {
-			if (!dtype_c.valid(row) || !x_c.valid(row) || !xs_c.valid(row) || !off_c.valid(row) ||
-			    !outs_c.valid(row)) {
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			xs_c.get(row, xs, FN, "x_shape");
+		DTypeCol dtype_c(input, 0);
+		BlockCol x(input, 1, 2, "x");
+		ListCol off_c(input, 3), outs_c(input, 4);
+		Shape off, outs, zero;
+		update_rows(input, all_valid(dtype_c, x, off_c, outs_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
+			x.read(row, dt, FN);
+			const Shape &xs = x.shape;
 			off_c.get(row, off, FN, "offset");
 			outs_c.get(row, outs, FN, "out_shape");
-			check_operand(FN, "x", xb, xs, dt);
 			const uint64_t out_numel = checked_numel(outs, itemsize(dt), FN, "out_shape");
 			if (xs.size() != outs.size() || off.size() != outs.size()) {
 				fail(std::string(FN) + ": x_shape " + shape_str(xs) + ", offset " + shape_str(off) +
@@ -159,11 +142,11 @@ void assemble_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_
 				}
 			}
 			zero.assign(xs.size(), 0);
-			copy_region(st->buf.data(), outs, off, xb.udata(), xs, zero, xs, itemsize(dt));
+			copy_region(st->buf.data(), outs, off, x.bytes.udata(), xs, zero, xs, itemsize(dt));
 			st->pieces.insert(st->pieces.end(), off.begin(), off.end());
 			st->pieces.insert(st->pieces.end(), xs.begin(), xs.end());
 			st->n_pieces++;
-		}
+		});
 	});
 }
 
@@ -215,15 +198,11 @@ template <class V>
 void pack_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
 	static constexpr const char *FN = PackState::kName;
 	guard_aggregate(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col dtype_c(input, 0), idx_c(input, 1), val_c(input, 2), numel_c(input, 3);
+		DTypeCol dtype_c(input, 0);
+		Col idx_c(input, 1), val_c(input, 2), numel_c(input, 3);
 		const V *values = static_cast<const V *>(duckdb_vector_get_data(duckdb_data_chunk_get_vector(input, 2)));
-		DTypeArg dtypes;
-		for (idx_t row = 0; row < count; row++) {
-			if (!dtype_c.valid(row) || !idx_c.valid(row) || !val_c.valid(row) || !numel_c.valid(row)) {
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
+		update_rows(input, all_valid(dtype_c, idx_c, val_c, numel_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
 			const int64_t numel = numel_c.i64(row);
 			const int64_t idx = idx_c.i64(row);
 			checked_numel(Shape {numel}, itemsize(dt), FN, "numel");
@@ -251,7 +230,7 @@ void pack_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggr
 				unsigned char *p = st->buf.data() + static_cast<size_t>(idx) * sizeof(T);
 				store<T>(p, wadd(load<T>(p), convert<T>(v)));
 			});
-		}
+		});
 	});
 }
 
@@ -289,8 +268,8 @@ AggDef reduce_def() {
 } // namespace
 
 bool register_aggregates(duckdb_connection con) {
-	bool ok = register_one(con, reduce_def<ASum>()) && register_one(con, reduce_def<AMax>()) &&
-	          register_one(con, reduce_def<AMin>()) && register_one(con, reduce_def<AProd>());
+	// tensor_sum, tensor_max, ...: one block aggregate per aggregation of the operator table (ops.hpp)
+	bool ok = all_aggs([&](auto tag) { return register_one(con, reduce_def<decltype(tag)>()); });
 	ok = ok && register_one(con, AggDef {"tensor_assemble",
 	                                     {Ty::Varchar, Ty::Blob, Ty::ListBigInt, Ty::ListBigInt, Ty::ListBigInt},
 	                                     state_init<AssembleState>,

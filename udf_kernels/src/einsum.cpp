@@ -12,6 +12,7 @@
 #include "permute.hpp"
 #include "pgemm.hpp"
 #include "sink.hpp"
+#include "rows.hpp"
 
 #include <algorithm>
 #include <exception>
@@ -20,87 +21,6 @@
 
 namespace tsk {
 namespace {
-
-enum class Join { Mul, Add, Sub, Div, SqDiff, AbsDiff, Max, Min };
-enum class Agg { Sum, Max, Min, Prod };
-
-constexpr const char *kJoinChoices = "multiply, add, subtract, divide, sqdiff, absdiff, max, min";
-constexpr const char *kAggChoices = "sum, max, min, prod";
-
-Join parse_join(const Bytes &s, const char *fn) {
-	static const std::pair<const char *, Join> names[] = {
-	    {"multiply", Join::Mul}, {"add", Join::Add},         {"subtract", Join::Sub}, {"divide", Join::Div},
-	    {"sqdiff", Join::SqDiff}, {"absdiff", Join::AbsDiff}, {"max", Join::Max},      {"min", Join::Min}};
-	for (const auto &n : names) {
-		if (same_bytes(s, n.first)) {
-			return n.second;
-		}
-	}
-	fail(std::string(fn) + ": unknown join '" + s.str() + "' (valid: " + kJoinChoices + ")");
-}
-
-Agg parse_agg(const Bytes &s, const char *fn) {
-	static const std::pair<const char *, Agg> names[] = {
-	    {"sum", Agg::Sum}, {"max", Agg::Max}, {"min", Agg::Min}, {"prod", Agg::Prod}};
-	for (const auto &n : names) {
-		if (same_bytes(s, n.first)) {
-			return n.second;
-		}
-	}
-	fail(std::string(fn) + ": unknown agg '" + s.str() + "' (valid: " + kAggChoices + ")");
-}
-
-// ---- join and aggregation functors ----
-
-struct JMul {
-	template <class T>
-	static T f(T a, T b) {
-		return wmul(a, b);
-	}
-};
-struct JAdd {
-	template <class T>
-	static T f(T a, T b) {
-		return wadd(a, b);
-	}
-};
-struct JSub {
-	template <class T>
-	static T f(T a, T b) {
-		return wsub(a, b);
-	}
-};
-struct JDiv {
-	template <class T>
-	static T f(T a, T b) {
-		return wdiv(a, b);
-	}
-};
-struct JSqDiff {
-	template <class T>
-	static T f(T a, T b) {
-		T d = wsub(a, b);
-		return wmul(d, d);
-	}
-};
-struct JAbsDiff {
-	template <class T>
-	static T f(T a, T b) {
-		return wabs(wsub(a, b));
-	}
-};
-struct JMax {
-	template <class T>
-	static T f(T a, T b) {
-		return nan_max(a, b);
-	}
-};
-struct JMin {
-	template <class T>
-	static T f(T a, T b) {
-		return nan_min(a, b);
-	}
-};
 
 template <class T, class J, class A, bool BIN>
 void kernel(const Plan &p, const T *x, const T *y, T *z) {
@@ -178,58 +98,26 @@ void kernel_any(const Plan &p, const T *x, const T *y, T *z) {
 
 template <class T, class J, bool BIN, bool ACC = false>
 void run_agg(Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	switch (agg) {
-	case Agg::Sum:
-		return kernel_any<T, J, ASum, BIN, ACC>(p, x, y, z);
-	case Agg::Prod:
-		return kernel_any<T, J, AProd, BIN, ACC>(p, x, y, z);
-	case Agg::Max:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "agg", "max", name_of<T>());
+	with_agg(agg, [&](auto tag) {
+		using A = decltype(tag);
+		if constexpr (is_complex_v<T> && !A::kComplex) {
+			not_for_complex(fn, "agg", A::kName, name_of<T>());
 		} else {
-			return kernel_any<T, J, AMax, BIN, ACC>(p, x, y, z);
+			kernel_any<T, J, A, BIN, ACC>(p, x, y, z);
 		}
-	case Agg::Min:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "agg", "min", name_of<T>());
-		} else {
-			return kernel_any<T, J, AMin, BIN, ACC>(p, x, y, z);
-		}
-	}
+	});
 }
 
 template <class T, bool ACC = false>
 void run_join(Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	switch (join) {
-	case Join::Mul:
-		return run_agg<T, JMul, true, ACC>(agg, p, x, y, z, fn);
-	case Join::Add:
-		return run_agg<T, JAdd, true, ACC>(agg, p, x, y, z, fn);
-	case Join::Sub:
-		return run_agg<T, JSub, true, ACC>(agg, p, x, y, z, fn);
-	case Join::Div:
-		return run_agg<T, JDiv, true, ACC>(agg, p, x, y, z, fn);
-	case Join::SqDiff:
-		return run_agg<T, JSqDiff, true, ACC>(agg, p, x, y, z, fn);
-	case Join::AbsDiff:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "join", "absdiff", name_of<T>());
+	with_join(join, [&](auto tag) {
+		using J = decltype(tag);
+		if constexpr (is_complex_v<T> && !J::kComplex) {
+			not_for_complex(fn, "join", J::kName, name_of<T>());
 		} else {
-			return run_agg<T, JAbsDiff, true, ACC>(agg, p, x, y, z, fn);
+			run_agg<T, J, true, ACC>(agg, p, x, y, z, fn);
 		}
-	case Join::Max:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "join", "max", name_of<T>());
-		} else {
-			return run_agg<T, JMax, true, ACC>(agg, p, x, y, z, fn);
-		}
-	case Join::Min:
-		if constexpr (is_complex_v<T>) {
-			not_for_complex(fn, "join", "min", name_of<T>());
-		} else {
-			return run_agg<T, JMin, true, ACC>(agg, p, x, y, z, fn);
-		}
-	}
+	});
 }
 
 } // namespace
@@ -299,24 +187,26 @@ private:
 
 // The arguments of tensor_einsum / tensor_einsum_agg (same signature), read row by row.
 struct EinsumArgs {
-	Col spec_c, join_c, agg_c, dtype_c, x_c;
-	ListCol xs_c;
-	Col y_c;
-	ListCol ys_c;
+	Col spec_c, join_c, agg_c;
+	DTypeCol dtype_c;
+	BlockCol x, y;
 	Cached<Spec> specs;
 	Cached<Join> joins;
 	Cached<Agg> aggs;
-	DTypeArg dtypes;
-	Shape xs, ys;
 
 	// first: the column of spec (the *_into variants take a sink key and a start before it)
 	explicit EinsumArgs(duckdb_data_chunk input, idx_t first = 0)
 	    : spec_c(input, first), join_c(input, first + 1), agg_c(input, first + 2), dtype_c(input, first + 3),
-	      x_c(input, first + 4), xs_c(input, first + 5), y_c(input, first + 6), ys_c(input, first + 7) {
+	      x(input, first + 4, first + 5, "x"), y(input, first + 6, first + 7, "y") {
 	}
 	bool valid(idx_t row) const {
-		return spec_c.valid(row) && join_c.valid(row) && agg_c.valid(row) && dtype_c.valid(row) &&
-		       x_c.valid(row) && xs_c.valid(row) && y_c.valid(row) && ys_c.valid(row);
+		return all_valid(spec_c, join_c, agg_c, dtype_c, x, y)(row);
+	}
+	const Shape &xs() const {
+		return x.shape;
+	}
+	const Shape &ys() const {
+		return y.shape;
 	}
 	struct Row {
 		const Spec *spec;
@@ -325,18 +215,17 @@ struct EinsumArgs {
 		DType dt;
 		Bytes xb, yb;
 	};
+	// Parses and validates row `row`: both blocks against their shapes before anything reads them.
 	Row read(idx_t row, const char *fn) {
 		Row r;
 		r.spec = &specs.get(spec_c.str(row), [fn](const Bytes &b) { return parse_spec(b, 2, fn); });
 		r.join = joins.get(join_c.str(row), [fn](const Bytes &b) { return parse_join(b, fn); });
 		r.agg = aggs.get(agg_c.str(row), [fn](const Bytes &b) { return parse_agg(b, fn); });
-		r.dt = dtypes.get(dtype_c.str(row), fn);
-		r.xb = x_c.str(row);
-		r.yb = y_c.str(row);
-		xs_c.get(row, xs, fn, "x_shape");
-		ys_c.get(row, ys, fn, "y_shape");
-		check_operand(fn, "x", r.xb, xs, r.dt);
-		check_operand(fn, "y", r.yb, ys, r.dt);
+		r.dt = dtype_c.get(row, fn);
+		x.read(row, r.dt, fn);
+		y.read(row, r.dt, fn);
+		r.xb = x.bytes;
+		r.yb = y.bytes;
 		return r;
 	}
 };
@@ -356,11 +245,11 @@ public:
 	const Shape &plan(const EinsumArgs &args, const EinsumArgs::Row &r, const char *fn) {
 		gemm_ = r.join == Join::Mul && r.agg == Agg::Sum && gemm_dtype(r.dt);
 		if (gemm_) {
-			c_ = &contractions_.get(*r.spec, args.xs, args.ys, r.dt, fn);
+			c_ = &contractions_.get(*r.spec, args.xs(), args.ys(), r.dt, fn);
 			numel_ = c_->out_numel;
 			return c_->out_shape;
 		}
-		plan_ = &plans_.get(*r.spec, args.xs, args.ys, r.dt, fn);
+		plan_ = &plans_.get(*r.spec, args.xs(), args.ys(), r.dt, fn);
 		numel_ = plan_->out_numel;
 		return plan_->out_shape;
 	}
@@ -404,14 +293,9 @@ private:
 void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		EinsumArgs args(input);
 		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)));
-		for (idx_t row = 0; row < count; row++) {
-			if (!args.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
+		scalar_rows(input, output, all_valid(args), [&](idx_t row) {
 			const EinsumArgs::Row r = args.read(row, FN);
 			product.plan(args, r, FN);
 			dispatch(r.dt, [&](auto tag) {
@@ -419,7 +303,7 @@ void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 				product.run<T>(r, product.scratch<T>(), FN);
 			});
 			set_blob(output, row, product.scratch_data(), product.numel() * itemsize(r.dt));
-		}
+		});
 	});
 }
 
@@ -430,16 +314,11 @@ void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum_into";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		SinkArgs sargs(input);
 		EinsumArgs args(input, 2);
 		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)));
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!sargs.valid(row) || !args.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
+		scalar_rows(input, output, all_valid(sargs, args), [&](idx_t row) {
 			const Sink &sink = sargs.read(row, FN);
 			const EinsumArgs::Row r = args.read(row, FN);
 			const Shape &zs = product.plan(args, r, FN);
@@ -454,7 +333,7 @@ void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duck
 				}
 			});
 			out[row] = static_cast<int64_t>(product.numel());
-		}
+		});
 	});
 }
 
@@ -496,23 +375,14 @@ bool same_layout(const std::vector<Loop> &a, const std::vector<Loop> &b) {
 
 template <class T>
 T agg_identity(Agg a) {
-	switch (a) {
-	case Agg::Sum:
-		return ASum::identity<T>();
-	case Agg::Prod:
-		return AProd::identity<T>();
-	case Agg::Max:
-		if constexpr (!is_complex_v<T>) {
-			return AMax::identity<T>();
+	return with_agg(a, [](auto tag) -> T {
+		using A = decltype(tag);
+		if constexpr (is_complex_v<T> && !A::kComplex) {
+			return T(0); // never used: such a state is refused on its first row
+		} else {
+			return A::template identity<T>();
 		}
-		break;
-	case Agg::Min:
-		if constexpr (!is_complex_v<T>) {
-			return AMin::identity<T>();
-		}
-		break;
-	}
-	return T(0);
+	});
 }
 
 template <class T>
@@ -552,16 +422,7 @@ void EinsumAggState::to_z() {
 }
 
 void combine_into(Agg agg, DType dt, unsigned char *acc, const unsigned char *src, uint64_t n, const char *fn) {
-	switch (agg) {
-	case Agg::Sum:
-		return reduce_into<ASum>(dt, acc, src, n, fn);
-	case Agg::Prod:
-		return reduce_into<AProd>(dt, acc, src, n, fn);
-	case Agg::Max:
-		return reduce_into<AMax>(dt, acc, src, n, fn);
-	case Agg::Min:
-		return reduce_into<AMin>(dt, acc, src, n, fn);
-	}
+	with_agg(agg, [&](auto tag) { reduce_into<decltype(tag)>(dt, acc, src, n, fn); });
 }
 
 void check_state(const EinsumAggState &st, DType dt, Agg agg, const Shape &out, const char *fn) {
@@ -868,7 +729,6 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 	const char *FN = into ? kAggInto : EinsumAggState::kName;
 	guard_aggregate(info, FN, [&] {
 		ThreadBudget *budget = budget_of(duckdb_aggregate_function_get_extra_info(info));
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		std::unique_ptr<SinkArgs> sargs;
 		if (into) {
 			sargs = std::make_unique<SinkArgs>(input);
@@ -878,10 +738,8 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 		PlanCache plans;
 		AlignedBuf xa, ya;
 		std::vector<GemmRow> gemm_rows;
-		for (idx_t row = 0; row < count; row++) {
-			if (!args.valid(row) || (into && !sargs->valid(row))) {
-				continue;
-			}
+		auto valid = [&](idx_t row) { return args.valid(row) && (!into || sargs->valid(row)); };
+		update_rows(input, valid, [&](idx_t row) {
 			if (into) {
 				sargs->read(row, FN);
 			}
@@ -892,11 +750,11 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 			const Shape *out_shape;
 			uint64_t out_numel;
 			if (gemm) {
-				c = &contractions.get(*r.spec, args.xs, args.ys, r.dt, FN);
+				c = &contractions.get(*r.spec, args.xs(), args.ys(), r.dt, FN);
 				out_shape = &c->out_shape;
 				out_numel = c->out_numel;
 			} else {
-				plan = &plans.get(*r.spec, args.xs, args.ys, r.dt, FN);
+				plan = &plans.get(*r.spec, args.xs(), args.ys(), r.dt, FN);
 				out_shape = &plan->out_shape;
 				out_numel = plan->out_numel;
 			}
@@ -905,8 +763,8 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 				using T = typename decltype(tag)::type;
 				if (st == nullptr) {
 					if constexpr (is_complex_v<T>) {
-						if (r.agg == Agg::Max || r.agg == Agg::Min) {
-							not_for_complex(FN, "agg", r.agg == Agg::Max ? "max" : "min", name_of<T>());
+						if (!agg_complex(r.agg)) {
+							not_for_complex(FN, "agg", agg_name(r.agg), name_of<T>());
 						}
 					}
 					auto fresh = std::make_unique<EinsumAggState>();
@@ -936,7 +794,7 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 					run_join<T, true>(r.join, r.agg, *plan, x, y, st->buf.template as<T>(), FN);
 				}
 			});
-		}
+		});
 		run_gemm_rows(gemm_rows, budget);
 	});
 }
@@ -1109,38 +967,29 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum1";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col spec_c(input, 0), agg_c(input, 1), dtype_c(input, 2), x_c(input, 3);
-		ListCol xs_c(input, 4);
+		Col spec_c(input, 0), agg_c(input, 1);
+		DTypeCol dtype_c(input, 2);
+		BlockCol x(input, 3, 4, "x");
 		Cached<Spec> specs;
 		Cached<Agg> aggs;
-		DTypeArg dtypes;
-		Shape xs;
 		AlignedBuf xa, zb;
 		static const char *const names[] = {"x", "y"};
-		for (idx_t row = 0; row < count; row++) {
-			if (!spec_c.valid(row) || !agg_c.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) ||
-			    !xs_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
+		scalar_rows(input, output, all_valid(spec_c, agg_c, dtype_c, x), [&](idx_t row) {
 			const Spec &spec = specs.get(spec_c.str(row), [](const Bytes &b) { return parse_spec(b, 1, FN); });
 			const Agg agg = aggs.get(agg_c.str(row), [](const Bytes &b) { return parse_agg(b, FN); });
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			xs_c.get(row, xs, FN, "x_shape");
-			check_operand(FN, "x", xb, xs, dt);
-			const Shape *shapes[] = {&xs, nullptr};
+			const DType dt = dtype_c.get(row, FN);
+			x.read(row, dt, FN);
+			const Shape *shapes[] = {&x.shape, nullptr};
 			const Plan plan = make_plan(spec, shapes, names, itemsize(dt), FN);
 			const size_t out_bytes = plan.out_numel * itemsize(dt);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
-				const T *x = aligned_view<T>(xb, xa);
+				const T *xp = aligned_view<T>(x.bytes, xa);
 				T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
-				run_agg<T, JMul, false>(agg, plan, x, x, z, FN);
+				run_agg<T, JMul, false>(agg, plan, xp, xp, z, FN);
 			});
 			set_blob(output, row, zb.data(), out_bytes);
-		}
+		});
 	});
 }
 

@@ -1,6 +1,7 @@
 // Block layout functions: zeros, slice, sizes, checks, list conversion, element access, version.
 #include "dtype.hpp"
 #include "functions.hpp"
+#include "rows.hpp"
 
 namespace tsk {
 
@@ -55,46 +56,33 @@ void copy_region(unsigned char *dst, const Shape &dst_shape, const Shape &dst_of
 void tensor_zeros(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_zeros";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col dtype_c(input, 0);
+		DTypeCol dtype_c(input, 0);
 		ListCol shape_c(input, 1);
-		DTypeArg dtypes;
 		Shape shape;
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!dtype_c.valid(row) || !shape_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
+		scalar_rows(input, output, all_valid(dtype_c, shape_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
 			shape_c.get(row, shape, FN, "shape");
 			const size_t bytes = checked_numel(shape, itemsize(dt), FN, "shape") * itemsize(dt);
 			set_blob(output, row, zb.zeros(bytes), bytes);
-		}
+		});
 	});
 }
 
 void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_slice";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col dtype_c(input, 0), x_c(input, 1);
-		ListCol xs_c(input, 2), start_c(input, 3), stop_c(input, 4);
-		DTypeArg dtypes;
-		Shape xs, start, stop, region, zero_off;
+		DTypeCol dtype_c(input, 0);
+		BlockCol x(input, 1, 2, "x");
+		ListCol start_c(input, 3), stop_c(input, 4);
+		Shape start, stop, region, zero_off;
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!dtype_c.valid(row) || !x_c.valid(row) || !xs_c.valid(row) || !start_c.valid(row) ||
-			    !stop_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			xs_c.get(row, xs, FN, "x_shape");
+		scalar_rows(input, output, all_valid(dtype_c, x, start_c, stop_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
+			x.read(row, dt, FN);
+			const Shape &xs = x.shape;
 			start_c.get(row, start, FN, "start");
 			stop_c.get(row, stop, FN, "stop");
-			check_operand(FN, "x", xb, xs, dt);
 			if (start.size() != xs.size() || stop.size() != xs.size()) {
 				fail(std::string(FN) + ": start " + shape_str(start) + " and stop " + shape_str(stop) +
 				     " must both have the rank of x_shape " + shape_str(xs));
@@ -112,63 +100,46 @@ void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 			const size_t bytes = checked_numel(region, itemsize(dt), FN, "slice") * itemsize(dt);
 			unsigned char *z = zb.resize(bytes);
 			if (bytes) {
-				copy_region(z, region, zero_off, xb.udata(), xs, start, region, itemsize(dt));
+				copy_region(z, region, zero_off, x.bytes.udata(), xs, start, region, itemsize(dt));
 			}
 			set_blob(output, row, z, bytes);
-		}
+		});
 	});
 }
 
 void tensor_numel(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_numel";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), dtype_c(input, 1);
-		DTypeArg dtypes;
+		BlobCol x(input, 0);
+		DTypeCol dtype_c(input, 1);
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!x_c.valid(row) || !dtype_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			out[row] = static_cast<int64_t>(check_whole(FN, "operand x", x_c.str(row), dt));
-		}
+		scalar_rows(input, output, all_valid(x, dtype_c), [&](idx_t row) {
+			out[row] = static_cast<int64_t>(x.read(row, dtype_c.get(row, FN), FN));
+		});
 	});
 }
 
 void tensor_itemsize(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_itemsize";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col dtype_c(input, 0);
-		DTypeArg dtypes;
+		DTypeCol dtype_c(input, 0);
 		int32_t *out = static_cast<int32_t *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!dtype_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			out[row] = static_cast<int32_t>(itemsize(dtypes.get(dtype_c.str(row), FN)));
-		}
+		scalar_rows(input, output, all_valid(dtype_c), [&](idx_t row) {
+			out[row] = static_cast<int32_t>(itemsize(dtype_c.get(row, FN)));
+		});
 	});
 }
 
 void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_check";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), dtype_c(input, 1);
+		BlobCol x(input, 0);
+		DTypeCol dtype_c(input, 1);
 		ListCol shape_c(input, 2);
-		DTypeArg dtypes;
 		Shape shape;
 		bool *out = static_cast<bool *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!x_c.valid(row) || !dtype_c.valid(row) || !shape_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
+		scalar_rows(input, output, all_valid(x, dtype_c, shape_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
 			shape_c.get(row, shape, FN, "shape");
 			bool ok = true;
 			uint64_t need = itemsize(dt);
@@ -178,31 +149,28 @@ void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 					break;
 				}
 			}
-			out[row] = ok && need == x_c.str(row).size;
-		}
+			out[row] = ok && need == x.raw(row).size; // the question itself: no validation of x
+		});
 	});
 }
 
 void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_to_list";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), dtype_c(input, 1);
-		DTypeArg dtypes;
-		for (idx_t row = 0; row < count; row++) {
+		BlobCol x(input, 0);
+		DTypeCol dtype_c(input, 1);
+		auto *entries = static_cast<duckdb_list_entry *>(duckdb_vector_get_data(output));
+		auto on_null = [&](idx_t row) {
+			entries[row] = duckdb_list_entry {duckdb_list_vector_get_size(output), 0};
+			set_null(output, row);
+		};
+		for_each_row(input, all_valid(x, dtype_c), [&](idx_t row) {
 			const idx_t offset = duckdb_list_vector_get_size(output);
-			duckdb_list_entry *entries = static_cast<duckdb_list_entry *>(duckdb_vector_get_data(output));
-			if (!x_c.valid(row) || !dtype_c.valid(row)) {
-				entries[row] = duckdb_list_entry {offset, 0};
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
+			const DType dt = dtype_c.get(row, FN);
 			if (is_complex_dtype(dt)) {
 				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes convert to DOUBLE[]");
 			}
-			const Bytes xb = x_c.str(row);
-			const uint64_t n = check_whole(FN, "operand x", xb, dt);
+			const uint64_t n = x.read(row, dt, FN);
 			if (duckdb_list_vector_reserve(output, offset + n) != DuckDBSuccess) {
 				fail(std::string(FN) + ": could not reserve " + std::to_string(n) + " list elements");
 			}
@@ -211,31 +179,25 @@ void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 				using T = typename decltype(tag)::type;
 				if constexpr (!is_complex_v<T>) {
 					for (uint64_t i = 0; i < n; i++) {
-						child[offset + i] = static_cast<double>(load<T>(xb.udata() + i * sizeof(T)));
+						child[offset + i] = static_cast<double>(load<T>(x.bytes.udata() + i * sizeof(T)));
 					}
 				}
 			});
 			duckdb_list_vector_set_size(output, offset + n);
 			entries[row] = duckdb_list_entry {offset, n};
-		}
+		}, on_null);
 	});
 }
 
 void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_from_list";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		ListCol values_c(input, 0);
-		Col dtype_c(input, 1);
-		DTypeArg dtypes;
+		DTypeCol dtype_c(input, 1);
 		std::vector<double> values;
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!values_c.valid(row) || !dtype_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
+		scalar_rows(input, output, all_valid(values_c, dtype_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
 			if (is_complex_dtype(dt)) {
 				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes are built from lists");
 			}
@@ -252,32 +214,26 @@ void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb
 				}
 			});
 			set_blob(output, row, z, bytes);
-		}
+		});
 	});
 }
 
 void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_get";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), dtype_c(input, 1);
-		ListCol shape_c(input, 2), index_c(input, 3);
-		DTypeArg dtypes;
-		Shape shape, index;
+		BlockCol x(input, 0, 2, "x", "shape");
+		DTypeCol dtype_c(input, 1);
+		ListCol index_c(input, 3);
+		Shape index;
 		double *out = static_cast<double *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!x_c.valid(row) || !dtype_c.valid(row) || !shape_c.valid(row) || !index_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
+		scalar_rows(input, output, all_valid(x, dtype_c, index_c), [&](idx_t row) {
+			const DType dt = dtype_c.get(row, FN);
 			if (is_complex_dtype(dt)) {
 				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes return a DOUBLE");
 			}
-			const Bytes xb = x_c.str(row);
-			shape_c.get(row, shape, FN, "shape");
+			x.read(row, dt, FN);
+			const Shape &shape = x.shape;
 			index_c.get(row, index, FN, "index");
-			check_operand(FN, "x", xb, shape, dt);
 			if (index.size() != shape.size()) {
 				fail(std::string(FN) + ": index " + shape_str(index) + " does not have the rank of shape " +
 				     shape_str(shape));
@@ -293,10 +249,10 @@ void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vecto
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
 				if constexpr (!is_complex_v<T>) {
-					out[row] = static_cast<double>(load<T>(xb.udata() + flat * sizeof(T)));
+					out[row] = static_cast<double>(load<T>(x.bytes.udata() + flat * sizeof(T)));
 				}
 			});
-		}
+		});
 	});
 }
 

@@ -1,50 +1,11 @@
 // tensor_map (elementwise functions) and tensor_cast (numpy astype between the six dtypes).
 #include "dtype.hpp"
 #include "functions.hpp"
+#include "ops.hpp"
+#include "rows.hpp"
 
 namespace tsk {
 namespace {
-
-enum class Fn { Exp, Log, Sqrt, Relu, Neg, Abs, Pow, Scale, Square, Reciprocal };
-
-constexpr const char *kFnChoices = "exp, log, sqrt, relu, neg, abs, pow, scale, square, reciprocal";
-
-const char *fn_name(Fn f) {
-	switch (f) {
-	case Fn::Exp:
-		return "exp";
-	case Fn::Log:
-		return "log";
-	case Fn::Sqrt:
-		return "sqrt";
-	case Fn::Relu:
-		return "relu";
-	case Fn::Neg:
-		return "neg";
-	case Fn::Abs:
-		return "abs";
-	case Fn::Pow:
-		return "pow";
-	case Fn::Scale:
-		return "scale";
-	case Fn::Square:
-		return "square";
-	case Fn::Reciprocal:
-		return "reciprocal";
-	}
-	return "?";
-}
-
-Fn parse_fn(const Bytes &s, const char *fn) {
-	static constexpr Fn all[] = {Fn::Exp, Fn::Log,   Fn::Sqrt,   Fn::Relu,  Fn::Neg,
-	                             Fn::Abs, Fn::Pow,   Fn::Scale,  Fn::Square, Fn::Reciprocal};
-	for (Fn f : all) {
-		if (same_bytes(s, fn_name(f))) {
-			return f;
-		}
-	}
-	fail(std::string(fn) + ": unknown fn '" + s.str() + "' (valid: " + kFnChoices + ")");
-}
 
 template <class T, class Op>
 void apply_all(const unsigned char *in, unsigned char *out, uint64_t n, Op op) {
@@ -53,113 +14,62 @@ void apply_all(const unsigned char *in, unsigned char *out, uint64_t n, Op op) {
 	}
 }
 
-// Integer power by squaring with wrapping arithmetic.
-template <class T>
-T ipow(T base, uint64_t e) {
-	T r = 1;
-	while (e) {
-		if (e & 1) {
-			r = wmul(r, base);
-		}
-		base = wmul(base, base);
-		e >>= 1;
-	}
-	return r;
-}
-
+// out = map f of in (n elements of T), after the checks of the map's flags (ops.hpp).
 template <class T>
 void map_kernel(Fn f, const unsigned char *in, unsigned char *out, uint64_t n, bool has_param, double param,
                 const char *FN) {
-	const std::string where = std::string(FN) + ": fn '" + fn_name(f) + "' ";
-	if ((f == Fn::Pow || f == Fn::Scale) && !has_param) {
-		fail(where + "needs a param (call tensor_map(fn, dtype, x, param))");
-	}
-	if constexpr (std::is_integral_v<T>) {
-		switch (f) {
-		case Fn::Exp:
-		case Fn::Log:
-		case Fn::Sqrt:
-		case Fn::Reciprocal:
+	with_map(f, [&](auto tag) {
+		using M = decltype(tag);
+		const std::string where = std::string(FN) + ": fn '" + M::kName + "' ";
+		if ((M::kFlags & kMapParam) != 0 && !has_param) {
+			fail(where + "needs a param (call tensor_map(fn, dtype, x, param))");
+		}
+		if constexpr (std::is_integral_v<T> && (M::kFlags & kMapInteger) == 0) {
 			fail(where + "is not defined for " + name_of<T>() + "; promote to a float dtype first");
-		case Fn::Relu:
-			return apply_all<T>(in, out, n, [](T v) { return v < 0 ? T(0) : v; });
-		case Fn::Neg:
-			return apply_all<T>(in, out, n, [](T v) { return wneg(v); });
-		case Fn::Abs:
-			return apply_all<T>(in, out, n, [](T v) { return wabs(v); });
-		case Fn::Square:
-			return apply_all<T>(in, out, n, [](T v) { return wmul(v, v); });
-		case Fn::Scale: {
-			const T s = convert<T>(param);
-			return apply_all<T>(in, out, n, [s](T v) { return wmul(v, s); });
-		}
-		case Fn::Pow: {
-			if (!(param >= 0) || param != std::floor(param) || param > 1e18) {
-				fail(where + "on " + name_of<T>() + " needs an integer exponent >= 0, got " + std::to_string(param) +
-				     "; promote to a float dtype first");
-			}
-			const uint64_t e = static_cast<uint64_t>(param);
-			return apply_all<T>(in, out, n, [e](T v) { return ipow(v, e); });
-		}
-		}
-	} else {
-		using R = real_of_t<T>;
-		const R p = static_cast<R>(param);
-		switch (f) {
-		case Fn::Exp:
-			return apply_all<T>(in, out, n, [](T v) { return T(std::exp(v)); });
-		case Fn::Log:
-			return apply_all<T>(in, out, n, [](T v) { return T(std::log(v)); });
-		case Fn::Sqrt:
-			return apply_all<T>(in, out, n, [](T v) { return T(std::sqrt(v)); });
-		case Fn::Relu:
-			if constexpr (is_complex_v<T>) {
-				fail(where + "is not defined for complex (dtype " + name_of<T>() + ")");
+		} else if constexpr (is_complex_v<T> && (M::kFlags & kMapComplex) == 0) {
+			fail(where + "is not defined for complex (dtype " + name_of<T>() + ")");
+		} else {
+			MapParam<T> p;
+			if constexpr (std::is_integral_v<T>) {
+				p.value = convert<T>(param);
+				if constexpr ((M::kFlags & kMapIntExponent) != 0) {
+					if (!(param >= 0) || param != std::floor(param) || param > 1e18) {
+						fail(where + "on " + name_of<T>() + " needs an integer exponent >= 0, got " +
+						     std::to_string(param) + "; promote to a float dtype first");
+					}
+					p.exponent = static_cast<uint64_t>(param);
+				}
 			} else {
-				return apply_all<T>(in, out, n, [](T v) { return v < T(0) ? T(0) : v; });
+				p.real = static_cast<real_of_t<T>>(param);
 			}
-		case Fn::Neg:
-			return apply_all<T>(in, out, n, [](T v) { return -v; });
-		case Fn::Abs:
-			return apply_all<T>(in, out, n, [](T v) { return wabs(v); });
-		case Fn::Square:
-			return apply_all<T>(in, out, n, [](T v) { return v * v; });
-		case Fn::Reciprocal:
-			return apply_all<T>(in, out, n, [](T v) { return T(1) / v; });
-		case Fn::Scale:
-			return apply_all<T>(in, out, n, [p](T v) { return v * p; });
-		case Fn::Pow:
-			return apply_all<T>(in, out, n, [p](T v) { return T(std::pow(v, p)); });
+			apply_all<T>(in, out, n, [p](T v) { return M::template f<T>(v, p); });
 		}
-	}
+	});
 }
 
 void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output, bool with_param) {
 	static constexpr const char *FN = "tensor_map";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col fn_c(input, 0), dtype_c(input, 1), x_c(input, 2);
+		Col fn_c(input, 0);
+		DTypeCol dtype_c(input, 1);
+		BlobCol x(input, 2);
 		Col param_c = with_param ? Col(input, 3) : Col(input, 2);
 		Cached<Fn> fns;
-		DTypeArg dtypes;
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!fn_c.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) || (with_param && !param_c.valid(row))) {
-				set_null(output, row);
-				continue;
-			}
+		const auto args_valid = all_valid(fn_c, dtype_c, x);
+		auto valid = [&](idx_t row) { return args_valid(row) && (!with_param || param_c.valid(row)); };
+		scalar_rows(input, output, valid, [&](idx_t row) {
 			const Fn f = fns.get(fn_c.str(row), [](const Bytes &b) { return parse_fn(b, FN); });
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			const uint64_t n = check_whole(FN, "operand x", xb, dt);
+			const DType dt = dtype_c.get(row, FN);
+			const uint64_t n = x.read(row, dt, FN);
 			const double param = with_param ? param_c.f64(row) : 0.0;
-			unsigned char *z = zb.resize(xb.size);
+			unsigned char *z = zb.resize(x.bytes.size);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
-				map_kernel<T>(f, xb.udata(), z, n, with_param, param, FN);
+				map_kernel<T>(f, x.bytes.udata(), z, n, with_param, param, FN);
 			});
-			set_blob(output, row, z, xb.size);
-		}
+			set_blob(output, row, z, x.bytes.size);
+		});
 	});
 }
 
@@ -176,19 +86,13 @@ void tensor_map_param(duckdb_function_info info, duckdb_data_chunk input, duckdb
 void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_cast";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
-		Col x_c(input, 0), from_c(input, 1), to_c(input, 2);
-		DTypeArg froms, tos;
+		BlobCol x(input, 0);
+		DTypeCol from_c(input, 1), to_c(input, 2);
 		AlignedBuf zb;
-		for (idx_t row = 0; row < count; row++) {
-			if (!x_c.valid(row) || !from_c.valid(row) || !to_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
-			const DType from = froms.get(from_c.str(row), FN, "from_dtype");
-			const DType to = tos.get(to_c.str(row), FN, "to_dtype");
-			const Bytes xb = x_c.str(row);
-			const uint64_t n = check_whole(FN, "operand x", xb, from);
+		scalar_rows(input, output, all_valid(x, from_c, to_c), [&](idx_t row) {
+			const DType from = from_c.get(row, FN, "from_dtype");
+			const DType to = to_c.get(row, FN, "to_dtype");
+			const uint64_t n = x.read(row, from, FN);
 			const size_t out_bytes = n * itemsize(to);
 			if (out_bytes > kMaxBlobBytes) {
 				fail(std::string(FN) + ": result of " + std::to_string(out_bytes) + " bytes exceeds the block limit");
@@ -199,12 +103,12 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 				dispatch(to, [&](auto ttag) {
 					using T = typename decltype(ttag)::type;
 					for (uint64_t i = 0; i < n; i++) {
-						store<T>(z + i * sizeof(T), convert<T>(load<F>(xb.udata() + i * sizeof(F))));
+						store<T>(z + i * sizeof(T), convert<T>(load<F>(x.bytes.udata() + i * sizeof(F))));
 					}
 				});
 			});
 			set_blob(output, row, z, out_bytes);
-		}
+		});
 	});
 }
 

@@ -1,58 +1,287 @@
-// Aggregation functors shared by tensor_einsum and the tensor_sum/max/min/prod aggregates:
-// identity element and NaN-propagating, integer-wrapping combine step.
+// The operator table of the kernels: every join (tensor_einsum's ⊗), aggregation (⊕: tensor_einsum's agg and the
+// tensor_sum/max/min/prod aggregates) and element-wise map (tensor_map), each defined once, on one line.
+//
+// Everything else is generated from these lists: the enums, the functors, the names, name parsing (with the
+// list of valid names in its error), the complex/integer checks and the dispatch switches. Adding an operator
+// is one line here (and one row of tensorsql's operator table, tensorsql/ir/ops.py, which
+// tests/test_ops_table.py checks against the kernels). Order is the order names are listed in errors.
+//
+// Integer arithmetic wraps (numpy semantics, no signed-overflow UB), max/min propagate NaN.
 #pragma once
 
 #include "dtype.hpp"
 
+#include <cmath>
+#include <cstddef>
+#include <string>
+
 namespace tsk {
 
-struct ASum {
-	template <class T>
-	static T identity() {
-		return T(0);
+// ---- the lists -------------------------------------------------------------------------------------------
+
+// Joins z = a ⊗ b: X(Enum, "name", defined for complex, expression of a and b (type T)).
+#define TSK_JOINS(X)                                                                                                 \
+	X(Mul, "multiply", true, wmul(a, b))                                                                             \
+	X(Add, "add", true, wadd(a, b))                                                                                  \
+	X(Sub, "subtract", true, wsub(a, b))                                                                             \
+	X(Div, "divide", true, wdiv(a, b))                                                                               \
+	X(SqDiff, "sqdiff", true, wsquare(wsub(a, b)))                                                                   \
+	X(AbsDiff, "absdiff", false, wabs(wsub(a, b)))                                                                   \
+	X(Max, "max", false, nan_max(a, b))                                                                              \
+	X(Min, "min", false, nan_min(a, b))
+
+// Aggregations acc ⊕ v: X(Enum, "name", defined for complex, identity (type T), expression of acc and v).
+#define TSK_AGGS(X)                                                                                                  \
+	X(Sum, "sum", true, T(0), wadd(acc, v))                                                                          \
+	X(Max, "max", false, lowest_value<T>(), nan_max(acc, v))                                                         \
+	X(Min, "min", false, highest_value<T>(), nan_min(acc, v))                                                        \
+	X(Prod, "prod", true, T(1), wmul(acc, v))
+
+// Maps z = f(v): X(Enum, "name", flags (kMapComplex: defined for complex; kMapInteger: for int32/int64;
+// kMapParam: takes the param; kMapIntExponent: on integers the param must be an integer >= 0), expression of v
+// (type T) and p (MapParam<T>, the param prepared once per call)).
+#define TSK_MAPS(X)                                                                                                  \
+	X(Exp, "exp", kMapComplex, T(std::exp(v)))                                                                       \
+	X(Log, "log", kMapComplex, T(std::log(v)))                                                                       \
+	X(Sqrt, "sqrt", kMapComplex, T(std::sqrt(v)))                                                                    \
+	X(Relu, "relu", kMapInteger, v < T(0) ? T(0) : v)                                                                \
+	X(Neg, "neg", kMapComplex | kMapInteger, wneg(v))                                                                \
+	X(Abs, "abs", kMapComplex | kMapInteger, wabs(v))                                                                \
+	X(Pow, "pow", kMapComplex | kMapInteger | kMapParam | kMapIntExponent, param_pow(v, p))                          \
+	X(Scale, "scale", kMapComplex | kMapInteger | kMapParam, param_scale(v, p))                                      \
+	X(Square, "square", kMapComplex | kMapInteger, wsquare(v))                                                       \
+	X(Reciprocal, "reciprocal", kMapComplex, T(1) / v)
+
+// ---- scalar helpers the lists use ------------------------------------------------------------------------
+
+template <class T>
+inline T wsquare(T v) {
+	return wmul(v, v);
+}
+
+// max's identity: -inf, or the integer type's minimum.
+template <class T>
+inline T lowest_value() {
+	if constexpr (std::is_integral_v<T>) {
+		return std::numeric_limits<T>::min();
+	} else {
+		return -std::numeric_limits<T>::infinity();
 	}
-	template <class T>
-	static T f(T acc, T v) {
-		return wadd(acc, v);
+}
+
+// min's identity: +inf, or the integer type's maximum.
+template <class T>
+inline T highest_value() {
+	if constexpr (std::is_integral_v<T>) {
+		return std::numeric_limits<T>::max();
+	} else {
+		return std::numeric_limits<T>::infinity();
 	}
+}
+
+enum MapFlags : unsigned { kMapComplex = 1u, kMapInteger = 2u, kMapParam = 4u, kMapIntExponent = 8u };
+
+// A map's param, prepared once per call for element type T.
+template <class T>
+struct MapParam {
+	real_of_t<T> real = 0;  // as the real type (float/complex pow and scale)
+	T value = T(0);         // converted to T (integer scale; numpy astype semantics)
+	uint64_t exponent = 0;  // the validated integer exponent (integer pow)
 };
-struct AProd {
-	template <class T>
-	static T identity() {
-		return T(1);
+
+// Integer power by squaring with wrapping arithmetic.
+template <class T>
+[[gnu::always_inline]] inline T ipow(T base, uint64_t e) {
+	T r = 1;
+	while (e) {
+		if (e & 1) {
+			r = wmul(r, base);
+		}
+		base = wmul(base, base);
+		e >>= 1;
 	}
-	template <class T>
-	static T f(T acc, T v) {
-		return wmul(acc, v);
+	return r;
+}
+
+template <class T>
+[[gnu::always_inline]] inline T param_pow(T v, const MapParam<T> &p) {
+	if constexpr (std::is_integral_v<T>) {
+		return ipow(v, p.exponent);
+	} else {
+		return T(std::pow(v, p.real));
 	}
-};
-struct AMax {
-	template <class T>
-	static T identity() {
-		if constexpr (std::is_integral_v<T>) {
-			return std::numeric_limits<T>::min();
-		} else {
-			return -std::numeric_limits<T>::infinity();
+}
+
+template <class T>
+[[gnu::always_inline]] inline T param_scale(T v, const MapParam<T> &p) {
+	if constexpr (std::is_integral_v<T>) {
+		return wmul(v, p.value);
+	} else {
+		return v * p.real; // complex times real: no 0 * inf from a zero imaginary part
+	}
+}
+
+// ---- generated: enums, functors, names -------------------------------------------------------------------
+
+#define TSK_ENUM_ENTRY(E, ...) E,
+#define TSK_NAME_ENTRY(E, NAME, ...) NAME,
+
+enum class Join { TSK_JOINS(TSK_ENUM_ENTRY) };
+enum class Agg { TSK_AGGS(TSK_ENUM_ENTRY) };
+enum class Fn { TSK_MAPS(TSK_ENUM_ENTRY) };
+
+constexpr const char *kJoinNames[] = {TSK_JOINS(TSK_NAME_ENTRY)};
+constexpr const char *kAggNames[] = {TSK_AGGS(TSK_NAME_ENTRY)};
+constexpr const char *kFnNames[] = {TSK_MAPS(TSK_NAME_ENTRY)};
+
+#undef TSK_ENUM_ENTRY
+#undef TSK_NAME_ENTRY
+
+// J<Enum>: z = f(a, b).
+#define TSK_JOIN_FUNCTOR(E, NAME, COMPLEX, ...)                                                                      \
+	struct J##E {                                                                                                    \
+		static constexpr const char *kName = NAME;                                                                   \
+		static constexpr bool kComplex = COMPLEX;                                                                    \
+		template <class T>                                                                                           \
+		static T f(T a, T b) {                                                                                       \
+			return __VA_ARGS__;                                                                                      \
+		}                                                                                                            \
+	};
+TSK_JOINS(TSK_JOIN_FUNCTOR)
+#undef TSK_JOIN_FUNCTOR
+
+// A<Enum>: identity<T>() and acc = f(acc, v); kSql names its block aggregate (tensor_sum, ...).
+#define TSK_AGG_FUNCTOR(E, NAME, COMPLEX, IDENTITY, ...)                                                             \
+	struct A##E {                                                                                                    \
+		static constexpr const char *kName = NAME;                                                                   \
+		static constexpr const char *kSql = "tensor_" NAME;                                                          \
+		static constexpr bool kComplex = COMPLEX;                                                                    \
+		template <class T>                                                                                           \
+		static T identity() {                                                                                        \
+			return IDENTITY;                                                                                         \
+		}                                                                                                            \
+		template <class T>                                                                                           \
+		static T f(T acc, T v) {                                                                                     \
+			return __VA_ARGS__;                                                                                      \
+		}                                                                                                            \
+	};
+TSK_AGGS(TSK_AGG_FUNCTOR)
+#undef TSK_AGG_FUNCTOR
+
+// M<Enum>: z = f(v, p).
+#define TSK_MAP_FUNCTOR(E, NAME, FLAGS, ...)                                                                         \
+	struct M##E {                                                                                                    \
+		static constexpr const char *kName = NAME;                                                                   \
+		static constexpr unsigned kFlags = FLAGS;                                                                    \
+		template <class T>                                                                                           \
+		static T f(T v, [[maybe_unused]] const MapParam<T> &p) {                                                     \
+			return __VA_ARGS__;                                                                                      \
+		}                                                                                                            \
+	};
+TSK_MAPS(TSK_MAP_FUNCTOR)
+#undef TSK_MAP_FUNCTOR
+
+// ---- generated: names, parsing, properties -----------------------------------------------------------------
+
+template <size_t N>
+std::string name_list(const char *const (&names)[N]) {
+	std::string r;
+	for (size_t i = 0; i < N; i++) {
+		r += (i ? ", " : "");
+		r += names[i];
+	}
+	return r;
+}
+
+// The enum value whose name is s; fails as "<fn>: unknown <what> '<s>' (valid: <names>)".
+template <class E, size_t N>
+E parse_named(const Bytes &s, const char *const (&names)[N], const char *fn, const char *what) {
+	for (size_t i = 0; i < N; i++) {
+		if (same_bytes(s, names[i])) {
+			return static_cast<E>(i);
 		}
 	}
-	template <class T>
-	static T f(T acc, T v) {
-		return nan_max(acc, v);
+	fail(std::string(fn) + ": unknown " + what + " '" + s.str() + "' (valid: " + name_list(names) + ")");
+}
+
+inline Join parse_join(const Bytes &s, const char *fn) {
+	return parse_named<Join>(s, kJoinNames, fn, "join");
+}
+inline Agg parse_agg(const Bytes &s, const char *fn) {
+	return parse_named<Agg>(s, kAggNames, fn, "agg");
+}
+inline Fn parse_fn(const Bytes &s, const char *fn) {
+	return parse_named<Fn>(s, kFnNames, fn, "fn");
+}
+
+inline const char *join_name(Join j) {
+	return kJoinNames[static_cast<size_t>(j)];
+}
+inline const char *agg_name(Agg a) {
+	return kAggNames[static_cast<size_t>(a)];
+}
+inline const char *fn_name(Fn f) {
+	return kFnNames[static_cast<size_t>(f)];
+}
+
+inline bool agg_complex(Agg a) {
+	switch (a) {
+#define TSK_AGG_COMPLEX(E, NAME, COMPLEX, ...)                                                                       \
+	case Agg::E:                                                                                                     \
+		return COMPLEX;
+		TSK_AGGS(TSK_AGG_COMPLEX)
+#undef TSK_AGG_COMPLEX
 	}
-};
-struct AMin {
-	template <class T>
-	static T identity() {
-		if constexpr (std::is_integral_v<T>) {
-			return std::numeric_limits<T>::max();
-		} else {
-			return std::numeric_limits<T>::infinity();
-		}
+	return false;
+}
+
+// ---- generated: dispatch -----------------------------------------------------------------------------------
+
+// f(J{}) with J the functor of join j.
+template <class F>
+decltype(auto) with_join(Join j, F &&f) {
+	switch (j) {
+#define TSK_JOIN_CASE(E, ...)                                                                                        \
+	case Join::E:                                                                                                    \
+		return f(J##E {});
+		TSK_JOINS(TSK_JOIN_CASE)
+#undef TSK_JOIN_CASE
 	}
-	template <class T>
-	static T f(T acc, T v) {
-		return nan_min(acc, v);
+	return f(JMul {});
+}
+
+// f(A{}) with A the functor of aggregation a.
+template <class F>
+decltype(auto) with_agg(Agg a, F &&f) {
+	switch (a) {
+#define TSK_AGG_CASE(E, ...)                                                                                         \
+	case Agg::E:                                                                                                     \
+		return f(A##E {});
+		TSK_AGGS(TSK_AGG_CASE)
+#undef TSK_AGG_CASE
 	}
-};
+	return f(ASum {});
+}
+
+// f(M{}) with M the functor of map fn.
+template <class F>
+decltype(auto) with_map(Fn fn, F &&f) {
+	switch (fn) {
+#define TSK_MAP_CASE(E, ...)                                                                                         \
+	case Fn::E:                                                                                                      \
+		return f(M##E {});
+		TSK_MAPS(TSK_MAP_CASE)
+#undef TSK_MAP_CASE
+	}
+	return f(MExp {});
+}
+
+// f(A{}) for every aggregation, in table order; true when every call returned true (stops at the first false).
+template <class F>
+bool all_aggs(F &&f) {
+#define TSK_AGG_ALL(E, ...) &&f(A##E {})
+	return true TSK_AGGS(TSK_AGG_ALL);
+#undef TSK_AGG_ALL
+}
 
 } // namespace tsk

@@ -17,6 +17,7 @@
 #include "functions.hpp"
 #include "gemm.hpp"
 #include "sink.hpp"
+#include "rows.hpp"
 
 #include <utility>
 
@@ -126,7 +127,7 @@ public:
 		}
 	}
 	bool valid(idx_t row) const {
-		if (!prog_c_.valid(row) || !dtype_c_.valid(row) || !shapes_c_.valid(row)) {
+		if (!all_valid(prog_c_, dtype_c_, shapes_c_)(row)) {
 			return false;
 		}
 		for (const auto &b : blobs_) {
@@ -140,7 +141,7 @@ public:
 	const Shape &prepare(idx_t row, const char *fn) {
 		const int n = static_cast<int>(blobs_.size());
 		prog_ = &programs_.get(prog_c_.str(row), [&](const Bytes &b) { return parse_program(b, n, fn); });
-		dt_ = dtypes_.get(dtype_c_.str(row), fn);
+		dt_ = dtype_c_.get(row, fn);
 		shapes_c_.get(row, flat_, fn, "shapes");
 		size_t need = 0;
 		for (size_t r : prog_->rank) {
@@ -226,13 +227,13 @@ private:
 		return d == DType::I32 || d == DType::I64;
 	}
 
-	Col prog_c_, dtype_c_;
+	Col prog_c_;
+	DTypeCol dtype_c_;
 	ListCol shapes_c_;
 	idx_t first_blob_;
 	std::vector<Col> blobs_;
 	ThreadBudget *budget_;
 	Cached<Program> programs_;
-	DTypeArg dtypes_;
 	const Program *prog_ = nullptr;
 	DType dt_ {};
 	Shape flat_;
@@ -249,13 +250,8 @@ private:
 void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum_path";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		PathRunner runner(input, 0, budget_of(duckdb_scalar_function_get_extra_info(info)));
-		for (idx_t row = 0; row < count; row++) {
-			if (!runner.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
+		scalar_rows(input, output, all_valid(runner), [&](idx_t row) {
 			runner.prepare(row, FN);
 			dispatch(runner.dtype(), [&](auto tag) {
 				using T = typename decltype(tag)::type;
@@ -263,7 +259,7 @@ void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duck
 			});
 			set_blob(output, row, runner.result(), runner.numel() * itemsize(runner.dtype()));
 			runner.release_result();
-		}
+		});
 	});
 }
 
@@ -273,15 +269,10 @@ void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duck
 void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum_path_into";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		SinkArgs sargs(input);
 		PathRunner runner(input, 2, budget_of(duckdb_scalar_function_get_extra_info(info)));
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!sargs.valid(row) || !runner.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
+		scalar_rows(input, output, all_valid(sargs, runner), [&](idx_t row) {
 			const Sink &sink = sargs.read(row, FN);
 			const Shape zs = runner.prepare(row, FN);
 			const int64_t off = sink_block_offset(sink, runner.dtype(), sargs.start, zs, FN);
@@ -296,7 +287,7 @@ void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input,
 			});
 			runner.release_result();
 			out[row] = static_cast<int64_t>(runner.numel());
-		}
+		});
 	});
 }
 

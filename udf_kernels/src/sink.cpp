@@ -2,6 +2,7 @@
 #include "sink.hpp"
 
 #include "functions.hpp"
+#include "rows.hpp"
 
 #include <mutex>
 #include <random>
@@ -97,31 +98,22 @@ bool sink_block_contiguous(const Sink &s, const Shape &block) {
 void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_sink_write";
 	guard_scalar(info, FN, [&] {
-		const idx_t count = duckdb_data_chunk_get_size(input);
 		SinkArgs sargs(input);
-		Col dtype_c(input, 2), x_c(input, 3);
-		ListCol xs_c(input, 4);
-		DTypeArg dtypes;
-		Shape xs;
+		DTypeCol dtype_c(input, 2);
+		BlockCol x(input, 3, 4, "x");
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
-		for (idx_t row = 0; row < count; row++) {
-			if (!sargs.valid(row) || !dtype_c.valid(row) || !x_c.valid(row) || !xs_c.valid(row)) {
-				set_null(output, row);
-				continue;
-			}
+		AlignedBuf xa;
+		scalar_rows(input, output, all_valid(sargs, dtype_c, x), [&](idx_t row) {
 			const Sink &sink = sargs.read(row, FN);
-			const DType dt = dtypes.get(dtype_c.str(row), FN);
-			const Bytes xb = x_c.str(row);
-			xs_c.get(row, xs, FN, "x_shape");
-			const uint64_t n = check_operand(FN, "x", xb, xs, dt);
-			const int64_t off = sink_block_offset(sink, dt, sargs.start, xs, FN);
+			const DType dt = dtype_c.get(row, FN);
+			const uint64_t n = x.read(row, dt, FN);
+			const int64_t off = sink_block_offset(sink, dt, sargs.start, x.shape, FN);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
-				AlignedBuf xa;
-				sink_write<T>(sink, off, xs, {}, aligned_view<T>(xb, xa));
+				sink_write<T>(sink, off, x.shape, {}, aligned_view<T>(x.bytes, xa));
 			});
 			out[row] = static_cast<int64_t>(n);
-		}
+		});
 	});
 }
 

@@ -1,0 +1,264 @@
+"""The one table of operators: every join (⊗), aggregation (⊕) and element-wise map tensorsql knows.
+
+Each row says what the front end, the planner glue, the lowering and SQL generation need to know about an
+operator: its kind, its scalar arity, whether it is defined for complex dtypes, what integer input does,
+its aggregation identity, whether it takes a parameter, and a one-line doc. Everything else derives from it:
+the ``JOINS``/``AGGS``/``MAPS``/``FLOAT_MAPS`` name tuples, ``AGG_FUNCS`` (the SQL aggregate per agg), the
+checks (``check_ops``, ``check_map``), the dtype rules (``map_dtype``, ``join_dtype``), the identities
+(``agg_identity``) and the README's operator table (``markdown_table``).
+
+Adding an operator is one row here, plus its name in ``planner/ops.py`` (the planner imports nothing from
+tensorsql) and one line in the C++ kernels' table (``udf_kernels/src/ops.hpp``).
+``tests/test_ops_table.py`` checks the three agree, and runs every operator in the kernels against numpy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+
+from tensorsql.errors import DTypeError, OperatorError
+
+__all__ = [
+    "AGGS",
+    "AGG_FUNCS",
+    "ALWAYS",
+    "FLOAT_MAPS",
+    "FRACTIONAL_PARAM",
+    "JOINS",
+    "KINDS",
+    "MAPS",
+    "NEGATIVE_OR_FRACTIONAL_PARAM",
+    "NEVER",
+    "OPS",
+    "Op",
+    "agg_identity",
+    "check_map",
+    "check_ops",
+    "join_dtype",
+    "lookup",
+    "map_dtype",
+    "markdown_table",
+]
+
+#: Operator kinds: a join combines the two operands' elements, an aggregation reduces over the labels not in
+#: the output, a map applies an element-wise function to one operand.
+KINDS = ("join", "agg", "map")
+
+# What integer input does (``Op.promotes``):
+#: integer input stays integer (numpy's wrapping arithmetic)
+NEVER = "never"
+#: integer input is promoted to float64 first: a float-valued function, as in numpy
+ALWAYS = "always"
+#: integer input is promoted to float64 when the param is not an integer
+FRACTIONAL_PARAM = "non-integer param"
+#: integer input is promoted to float64 when the param is not an integer >= 0 (numpy: an integer to a
+#: negative integer power is an error)
+NEGATIVE_OR_FRACTIONAL_PARAM = "negative or non-integer param"
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator.
+
+    - ``arity``: operands of the scalar function (a join f(x, y): 2; an aggregation's combine step
+      acc ⊕ x, associative and commutative: 2; a map f(x): 1; a map's ``param`` is not counted);
+    - ``complex``: defined for complex64/complex128;
+    - ``promotes``: what integer input does (``NEVER``, ``ALWAYS``, ``FRACTIONAL_PARAM``,
+      ``NEGATIVE_OR_FRACTIONAL_PARAM``);
+    - ``identity``: an aggregation's identity element in float dtypes (``agg_identity`` gives it per dtype:
+      ±inf becomes the integer dtype's min/max);
+    - ``param``: what a map's parameter is ("exponent", "factor"), None when it takes none;
+    - ``real_result``: complex input gives a real result (numpy's abs).
+    """
+
+    name: str
+    kind: str
+    arity: int
+    complex: bool
+    promotes: str
+    doc: str
+    identity: float | None = None
+    param: str | None = None
+    real_result: bool = False
+
+    @property
+    def takes_param(self) -> bool:
+        return self.param is not None
+
+    @property
+    def sql_function(self) -> str:
+        """The extension's SQL function that runs it: ``tensor_einsum``/``tensor_einsum_agg`` take joins and
+        aggs by name, ``tensor_map`` maps; an agg also has its own aggregate, ``tensor_<agg>``."""
+        return {"join": "tensor_einsum", "agg": f"tensor_{self.name}", "map": "tensor_map"}[self.kind]
+
+
+_INF = math.inf
+
+#: The table. Order is the order names are listed to users (errors, docs) and in the C++ kernels' table.
+OPS: tuple[Op, ...] = (
+    # joins: z = x ⊗ y
+    Op("multiply", "join", 2, True, NEVER, "x * y (with agg=sum: a contraction, run as GEMM)"),
+    Op("add", "join", 2, True, NEVER, "x + y"),
+    Op("subtract", "join", 2, True, NEVER, "x - y"),
+    Op("divide", "join", 2, True, ALWAYS, "x / y (integers promote to float64, as numpy's /)"),
+    Op("sqdiff", "join", 2, True, NEVER, "(x - y)²: with agg=sum, squared L2 distances"),
+    Op("absdiff", "join", 2, False, NEVER, "|x - y|: with agg=max, L-infinity distances"),
+    Op("max", "join", 2, False, NEVER, "maximum(x, y), NaN-propagating"),
+    Op("min", "join", 2, False, NEVER, "minimum(x, y), NaN-propagating"),
+    # aggregations: acc ⊕ x over the labels not in the output
+    Op("sum", "agg", 2, True, NEVER, "sum (integers wrap)", identity=0.0),
+    Op("max", "agg", 2, False, NEVER, "maximum, NaN-propagating", identity=-_INF),
+    Op("min", "agg", 2, False, NEVER, "minimum, NaN-propagating", identity=_INF),
+    Op("prod", "agg", 2, True, NEVER, "product (integers wrap)", identity=1.0),
+    # maps: z = f(x)
+    Op("exp", "map", 1, True, ALWAYS, "e^x"),
+    Op("log", "map", 1, True, ALWAYS, "natural logarithm"),
+    Op("sqrt", "map", 1, True, ALWAYS, "square root"),
+    Op("relu", "map", 1, False, NEVER, "max(x, 0)"),
+    Op("neg", "map", 1, True, NEVER, "-x"),
+    Op("abs", "map", 1, True, NEVER, "|x| (complex input gives a real result)", real_result=True),
+    Op("pow", "map", 1, True, NEGATIVE_OR_FRACTIONAL_PARAM, "x ** param", param="exponent"),
+    Op("scale", "map", 1, True, FRACTIONAL_PARAM, "x * param", param="factor"),
+    Op("square", "map", 1, True, NEVER, "x * x"),
+    Op("reciprocal", "map", 1, True, ALWAYS, "1 / x"),
+)
+
+_BY_KEY: Mapping[tuple[str, str], Op] = MappingProxyType({(op.kind, op.name): op for op in OPS})
+
+
+def _names(kind: str) -> tuple[str, ...]:
+    return tuple(op.name for op in OPS if op.kind == kind)
+
+
+#: Join names (⊗), in table order.
+JOINS: tuple[str, ...] = _names("join")
+#: Aggregation names (⊕), in table order.
+AGGS: tuple[str, ...] = _names("agg")
+#: Map names, in table order.
+MAPS: tuple[str, ...] = _names("map")
+#: Maps whose result is float for integer input (the input is promoted first, as numpy does).
+FLOAT_MAPS: tuple[str, ...] = tuple(op.name for op in OPS if op.kind == "map" and op.promotes == ALWAYS)
+#: agg -> the extension's aggregate that reduces blocks with it (tensor_sum, ...).
+AGG_FUNCS: Mapping[str, str] = MappingProxyType({op.name: op.sql_function for op in OPS if op.kind == "agg"})
+
+_LISTED = {"join": "valid joins", "agg": "valid aggregations", "map": "valid"}
+_WHAT = {"join": "join", "agg": "agg", "map": "map function"}
+
+
+def lookup(kind: str, name: object) -> Op:
+    """The operator ``name`` of ``kind`` ("join", "agg" or "map"); OperatorError naming the valid ones."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown operator kind {kind!r}; kinds: {', '.join(KINDS)}")
+    op = _BY_KEY.get((kind, name)) if isinstance(name, str) else None
+    if op is None:
+        raise OperatorError(f"unknown {_WHAT[kind]} {name!r}; {_LISTED[kind]}: {', '.join(_names(kind))}")
+    return op
+
+
+def _is_integer(dtype: str) -> bool:
+    return dtype.startswith("int")
+
+
+def _is_complex(dtype: str) -> bool:
+    return dtype.startswith("complex")
+
+
+def check_ops(join: str, agg: str, dtype: str) -> None:
+    """A join and an agg that exist and are defined for ``dtype`` (the einsum's result dtype)."""
+    j, a = lookup("join", join), lookup("agg", agg)
+    if _is_complex(dtype) and not (j.complex and a.complex):
+        raise DTypeError(f"join={join!r}, agg={agg!r} is not defined for complex dtype {dtype}")
+
+
+def join_dtype(join: str, dtype: str) -> str:
+    """The dtype a join computes in when its operands' common dtype is ``dtype`` (divide: float64 for
+    integers)."""
+    return "float64" if _is_integer(dtype) and lookup("join", join).promotes == ALWAYS else dtype
+
+
+def check_map(fn: str, param: object = None) -> float | None:
+    """Validates a map and its param; returns the param as a float (None for a map that takes none)."""
+    op = lookup("map", fn)
+    if op.param is None:
+        if param is not None:
+            raise OperatorError(f"map {fn!r} takes no param, got {param!r}")
+        return None
+    if param is None:
+        raise OperatorError(f"map {fn!r} needs a param (the {op.param})")
+    try:
+        return float(param)  # type: ignore[arg-type]
+    except (TypeError, ValueError) as exc:
+        raise OperatorError(f"map {fn!r}: param {param!r} is not a number") from exc
+
+
+def map_dtype(fn: str, dtype: str, param: float | None = None) -> str:
+    """The dtype map ``fn`` computes in for input of ``dtype`` (integer input to a float-valued function is
+    promoted to float64, as numpy does); DTypeError where it is not defined for complex."""
+    op = lookup("map", fn)
+    if _is_complex(dtype) and not op.complex:
+        raise DTypeError(f"map {fn!r} is not defined for complex dtype {dtype}")
+    if not _is_integer(dtype):
+        return dtype
+    if op.promotes == ALWAYS:
+        return "float64"
+    if param is not None and op.promotes in (FRACTIONAL_PARAM, NEGATIVE_OR_FRACTIONAL_PARAM):
+        fractional = not math.isfinite(param) or param != int(param)
+        if fractional or (op.promotes == NEGATIVE_OR_FRACTIONAL_PARAM and param < 0):
+            return "float64"
+    return dtype
+
+
+def agg_identity(agg: str, dtype: str | np.dtype) -> np.generic:
+    """The identity of aggregation ``agg`` as a numpy scalar of ``dtype`` (max: -inf, or the integer dtype's
+    minimum; min: +inf or its maximum)."""
+    op = lookup("agg", agg)
+    dt = np.dtype(dtype)
+    assert op.identity is not None
+    if np.issubdtype(dt, np.integer) and math.isinf(op.identity):
+        info = np.iinfo(dt)
+        return dt.type(info.min if op.identity < 0 else info.max)
+    return dt.type(op.identity)
+
+
+def _identity_text(op: Op) -> str:
+    if op.identity is None:
+        return ""
+    if math.isinf(op.identity):
+        return "-inf (integers: dtype min)" if op.identity < 0 else "+inf (integers: dtype max)"
+    return f"{op.identity:g}"
+
+
+def _promotes_text(op: Op) -> str:
+    if op.promotes == NEVER:
+        return ""
+    return "→ float64" + ("" if op.promotes == ALWAYS else f" for a {op.promotes}")
+
+
+def markdown_table() -> str:
+    """The operator table in Markdown, as the README shows it (``tests/test_ops_table.py`` checks that)."""
+    lines = [
+        "| operator | kind | arity | complex | integer input | identity | param | what |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for op in OPS:
+        cells = [
+            f"`{op.name}`",
+            op.kind,
+            str(op.arity),
+            "yes" if op.complex else "no",
+            _promotes_text(op),
+            _identity_text(op),
+            op.param or "",
+            op.doc,
+        ]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # python -m tensorsql.ir.ops: print the table
+    print(markdown_table(), end="")
