@@ -23,7 +23,8 @@ from tensorsql.frontend.subscripts import label_name
 from tensorsql.ir import expr as E
 from tensorsql.ir.blocking import Partitioning, ceil_div, numel
 
-STRATEGIES = ("eindecomp", "sqrt", "data", "model", "none", "operands")
+#: every strategy a user can name: the one registry, shared with the planner (``planner.strategies``)
+STRATEGIES = P.STRATEGIES
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 #: below this many elements in all inputs together, one block per tensor: splitting cannot pay off
 SMALL_ELEMENTS = 1 << 16

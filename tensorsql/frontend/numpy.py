@@ -7,19 +7,11 @@ from collections.abc import Sequence
 import numpy as np
 import opt_einsum
 
-from tensorsql.dtypes import DTYPES, dtype_name, is_complex, is_integer
+from tensorsql.dtypes import DTYPES, dtype_name, is_complex
 from tensorsql.errors import DTypeError, EinsumError, OperatorError
 from tensorsql.frontend.subscripts import Subscripts, label_name
 from tensorsql.ir import expr as E
-
-
-def check_ops(join: str, agg: str, dtype: str) -> None:
-    if join not in E.JOINS:
-        raise OperatorError(f"unknown join {join!r}; valid joins: {', '.join(E.JOINS)}")
-    if agg not in E.AGGS:
-        raise OperatorError(f"unknown agg {agg!r}; valid aggregations: {', '.join(E.AGGS)}")
-    if is_complex(dtype) and (join in ("max", "min", "absdiff") or agg in ("max", "min")):
-        raise DTypeError(f"join={join!r}, agg={agg!r} is not defined for complex dtype {dtype}")
+from tensorsql.ir import ops
 
 
 def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
@@ -31,9 +23,7 @@ def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
                 raise DTypeError(f"operand {i} of dtype {d} cannot be cast safely to dtype={want}")
         return want
     name = np.result_type(*[DTYPES[d] for d in dtypes]).name if dtypes else "float64"
-    if join == "divide" and is_integer(name):
-        name = "float64"
-    return name
+    return ops.join_dtype(join, name)
 
 
 def cast(node: E.Node, dtype: str) -> E.Node:
@@ -125,7 +115,7 @@ def build(
 ) -> E.Node:
     """The expression graph of one einsum call."""
     out_dtype = result_dtype([op.dtype for op in operands], join, dtype)
-    check_ops(join, agg, out_dtype)
+    ops.check_ops(join, agg, out_dtype)
     plain = join == "multiply" and agg == "sum"
     if len(operands) > 2 and not plain:
         raise OperatorError(
@@ -201,28 +191,10 @@ _REAL_OF = {"complex64": "float32", "complex128": "float64"}
 
 def map_node(node: E.Node, fn: str, param: float | None = None) -> E.Node:
     """An element-wise map; integer input to a float-valued function is promoted first, as numpy does."""
-    if fn not in E.MAPS:
-        raise OperatorError(f"unknown map function {fn!r}; valid: {', '.join(E.MAPS)}")
-    if fn in ("pow", "scale"):
-        if param is None:
-            raise OperatorError(f"map {fn!r} needs a param (the {'exponent' if fn == 'pow' else 'factor'})")
-        try:
-            param = float(param)
-        except (TypeError, ValueError) as exc:
-            raise OperatorError(f"map {fn!r}: param {param!r} is not a number") from exc
-    elif param is not None:
-        raise OperatorError(f"map {fn!r} takes no param, got {param!r}")
-    dtype = node.dtype
-    if is_complex(dtype) and fn == "relu":
-        raise DTypeError(f"map 'relu' is not defined for complex dtype {dtype}")
-    if is_integer(dtype) and (
-        fn in E.FLOAT_MAPS
-        or (fn == "pow" and (param < 0 or param != int(param)))  # type: ignore[operator]
-        or (fn == "scale" and param != int(param))  # type: ignore[arg-type]
-    ):
-        dtype = "float64"
+    param = ops.check_map(fn, param)
+    dtype = ops.map_dtype(fn, node.dtype, param)
     node = cast(node, dtype)
     out = E.Map(shape=node.shape, dtype=dtype, input=node, fn=fn, param=param)
-    if fn == "abs" and is_complex(dtype):
+    if ops.lookup("map", fn).real_result and is_complex(dtype):
         return E.Cast(shape=out.shape, dtype=_REAL_OF[dtype], input=out)
     return out

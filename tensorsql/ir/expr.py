@@ -8,12 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-JOINS = ("multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min")
-AGGS = ("sum", "max", "min", "prod")
-MAPS = ("exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal")
-#: maps whose result is float for integer input (the input is promoted first, as numpy does)
-FLOAT_MAPS = ("exp", "log", "sqrt", "reciprocal")
-
 
 @dataclass(frozen=True, eq=False)
 class Node:

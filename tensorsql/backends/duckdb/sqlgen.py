@@ -20,8 +20,8 @@ from sqlglot import exp
 
 from tensorsql.errors import PlanError
 from tensorsql.ir import tra as T
+from tensorsql.ir.ops import AGG_FUNCS
 
-AGG_FUNCS = {"sum": "tensor_sum", "max": "tensor_max", "min": "tensor_min", "prod": "tensor_prod"}
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
