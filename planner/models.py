@@ -9,7 +9,7 @@ __all__ = ["attention_block", "llama_graph", "matrix_chain"]
 
 
 def attention_block(g: EinGraph, x: Vertex, heads: int, prefix: str) -> Vertex:
-    """Multi-head attention as extended EinSums (DESIGN.md): projections, scores, scale, softmax, O, Y.
+    """Multi-head attention as extended EinSums: projections, scores, scale, softmax, O, Y.
 
     Softmax over s' is four steps: C = max, E = exp(T - C) (subtract, then an element-wise exp),
     S = sum of E, Y = E / S. Returns the attention output Y[s, a] (before the residual add).

@@ -319,7 +319,7 @@ def scale(x: object, factor: float) -> object:
 
 
 def softmax(x: object, over: int | Sequence[int] = -1) -> object:
-    """Softmax over the axes ``over``, built from EinSum steps (DESIGN.md):
+    """Softmax over the axes ``over``, built from EinSum steps (README "Element-wise maps and softmax"):
     C = max over ``over``; E = exp(X - C); S = sum of E over ``over``; Y = E / S.
     """
     rel = x if isinstance(x, TensorRelation) else None

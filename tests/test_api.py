@@ -223,7 +223,7 @@ def test_softmax(s, over):
 
 
 def test_attention_block(s):
-    """Multi-head attention as EinSum steps (DESIGN.md), against numpy."""
+    """Multi-head attention as EinSum steps (README "Element-wise maps and softmax"), against numpy."""
     seq, dm, h, d = 6, 8, 2, 4
     Q, K, V = rand((seq, dm)), rand((seq, dm)), rand((seq, dm))
     WQ, WK, WV, WO = rand((dm, h, d)), rand((dm, h, d)), rand((dm, h, d)), rand((dm, h, d))

@@ -1,4 +1,4 @@
-"""planner: worked examples from DESIGN.md, enumeration, costs, strategies and graph handling."""
+"""planner: the worked examples of README "The planner's formulas", enumeration, costs, strategies, graphs."""
 
 from __future__ import annotations
 
