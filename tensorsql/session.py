@@ -42,6 +42,9 @@ class Session:
         self.executor = executor
         self.strategy = planning.check_strategy(strategy)
         self.plans = PlanCache()
+        self._reordered: weakref.WeakKeyDictionary[Plan, tuple[Plan, tuple[int, ...]] | None] = (
+            weakref.WeakKeyDictionary()
+        )
         #: write results straight into the returned array (result sinks); False: always through Arrow
         #: (``TENSORSQL_RESULT_SINK=0`` turns them off for new sessions)
         self.result_sink = os.environ.get("TENSORSQL_RESULT_SINK", "1").strip().lower() not in _OFF
@@ -100,7 +103,9 @@ class Session:
         root = plan.root
         perm = None
         if gemm_order and DTYPES[root.dtype].itemsize * math.prod(root.shape) >= GEMM_ORDER_BYTES:
-            reordered = C.in_gemm_order(plan, self.executor.profile)
+            if plan not in self._reordered:  # once per plan: a cached call reuses its reordered plan
+                self._reordered[plan] = C.in_gemm_order(plan, self.executor.profile)
+            reordered = self._reordered[plan]
             if reordered is not None:
                 plan, perm = reordered
                 root = plan.root
@@ -184,8 +189,7 @@ class Session:
         if isinstance(rel.node, E.Source):
             return rel
         plan = rel.plan()
-        name = f"_ts_tmp_m{id(plan)}"
-        self.executor.store(plan, rel.bindings, name, temporary=True)
+        name = self.executor.store(plan, rel.bindings, None, temporary=True)
         return self._stored(name, rel.shape, plan.block_shape(), rel.node.dtype, release=self.executor.drop)
 
     def from_sql(

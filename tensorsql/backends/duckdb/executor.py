@@ -18,7 +18,7 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import duckdb
@@ -160,13 +160,17 @@ class DuckDBExecutor:
         self,
         plan: Plan,
         bindings: Mapping[E.Operand, np.ndarray],
-        name: str,
+        name: str | None,
         *,
         replace: bool = False,
         temporary: bool = False,
-    ) -> None:
-        """CREATE TABLE ``name`` AS the plan's result; a permanent table gets its catalog entry in the same
-        transaction."""
+    ) -> str:
+        """CREATE TABLE ``name`` AS the plan's result (a fresh temporary name when None), returning the name;
+        a permanent table gets its catalog entry in the same transaction."""
+        if name is None:
+            if not temporary:
+                raise ConfigError("a permanent table needs a name")
+            name = f"_ts_tmp_{next(_ids)}"
         st = self._statement(plan)
         with self._lock:
             self._bind(st, plan, bindings)
@@ -182,7 +186,7 @@ class DuckDBExecutor:
                 )
                 if temporary:
                     self.query(create, "materialize")
-                    return
+                    return name
                 self.query(exp.Transaction(), "begin")
                 try:
                     self.query(create, f"save {name!r}")
@@ -192,6 +196,7 @@ class DuckDBExecutor:
                 except BaseException:
                     self.con.execute("ROLLBACK").fetchall()
                     raise
+                return name
             finally:
                 self._unbind(st)
 
@@ -435,10 +440,6 @@ def _deallocate(executor_ref: weakref.ref, name: str) -> None:
             ex.con.execute(statements.deallocate(name)).fetchall()
         except duckdb.Error as exc:
             log.warning("tensorsql: could not deallocate prepared statement %s: %s", name, exc)
-
-
-def as_arrays(values: Sequence[object]) -> list[np.ndarray]:
-    return [np.asarray(v) for v in values]
 
 
 __all__ = ["SLOT_BYTES", "SMALL_RESULT_BYTES", "DuckDBExecutor"]
