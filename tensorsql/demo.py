@@ -22,12 +22,13 @@ def main() -> int:
     # 1. A warehouse table of rows (i, j, value) ... loaded into DuckDB as plain SQL rows.
     n, m, p = 300, 200, 150
     a = rng.standard_normal((n, m))
-    s.con.execute("CREATE TABLE readings (sensor INTEGER, feature INTEGER, val DOUBLE)")
+    con = s.executor.con  # the embedded DuckDB connection, as a warehouse loader would use it
+    con.execute("CREATE TABLE readings (sensor INTEGER, feature INTEGER, val DOUBLE)")
     rows = [(i, j, float(a[i, j])) for i in range(n) for j in range(m)]
-    s.con.executemany("INSERT INTO readings VALUES (?, ?, ?)", rows[:2000])
-    s.con.register("_demo_rest", _as_arrow(rows[2000:]))
-    s.con.execute("INSERT INTO readings SELECT * FROM _demo_rest")
-    s.con.unregister("_demo_rest")
+    con.executemany("INSERT INTO readings VALUES (?, ?, ?)", rows[:2000])
+    con.register("_demo_rest", _as_arrow(rows[2000:]))
+    con.execute("INSERT INTO readings SELECT * FROM _demo_rest")
+    con.unregister("_demo_rest")
 
     # 2. ... turned into a blocked tensor relation inside DuckDB (no Python loop over rows).
     A = s.from_sql("SELECT sensor, feature, val FROM readings", shape=(n, m), block_shape=(128, 64))

@@ -6,6 +6,7 @@ cannot run on this machine (the cluster and GPU executors will add theirs here).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -33,3 +34,13 @@ def s(request: pytest.FixtureRequest) -> Iterator[ts.Session]:
 @pytest.fixture(scope="module")
 def session(s: ts.Session) -> ts.Session:
     return s
+
+
+@pytest.fixture(autouse=True)
+def _no_silent_cleanup_failures(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """A clean-up that fails (a view not unregistered, a temp table not dropped) logs a warning on the
+    ``tensorsql`` logger; no test may pass with one."""
+    caplog.set_level(logging.WARNING, logger="tensorsql")
+    yield
+    failures = [r.getMessage() for r in caplog.get_records("call") if r.name == "tensorsql"]
+    assert not failures, f"clean-up failures: {failures}"

@@ -209,3 +209,18 @@ def test_generated_sql_takes_a_name_generator(s):
     text = sqlgen.sql_text(sqlgen.to_ast(rel.plan().tra, names=names))
     assert '"t0"' not in text and '"t2"' in text
     assert isinstance(rel.plan().tra, T.Rel)
+
+
+def test_temporary_tables_are_dropped_with_their_relation(s):
+    import gc
+
+    def temps() -> int:
+        return s.executor.con.execute("SELECT COUNT(*) FROM duckdb_tables() WHERE temporary").fetchone()[0]
+
+    before = temps()
+    rels = [s.from_sql("SELECT 0, 1, 2.5", shape=(3, 3)) for _ in range(5)]
+    rels += [s.einsum("ij->ji", r).materialize() for r in rels[:2]]
+    assert temps() == before + 7
+    del rels
+    gc.collect()
+    assert temps() == before

@@ -150,7 +150,7 @@ class DuckDBExecutor:
         with self._lock:
             if self.closed:
                 return
-            drop = exp.Drop(this=exp.Table(this=sqlgen.ident(name)), kind="TABLE", exists=True)
+            drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
             try:
                 self.con.execute(sqlgen.sql_text(drop)).fetchall()
             except duckdb.Error as exc:
