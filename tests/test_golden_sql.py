@@ -56,10 +56,9 @@ CASES = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_golden_sql(name):
-    got = CASES[name]()
-    path = GOLDEN / f"{name}.sql"
+def check_golden(name: str, got: str, golden: pathlib.Path = GOLDEN) -> None:
+    """Compare with the committed snapshot; written only with TENSORSQL_UPDATE_GOLDEN=1."""
+    path = golden / f"{name}.sql"
     if os.environ.get("TENSORSQL_UPDATE_GOLDEN"):
         path.write_text(got)
     assert path.exists(), (
@@ -68,3 +67,15 @@ def test_golden_sql(name):
     assert got == path.read_text(), (
         f"SQL for {name} changed; rerun with TENSORSQL_UPDATE_GOLDEN=1 if intended"
     )
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_golden_sql(name):
+    check_golden(name, CASES[name]())
+
+
+def test_a_missing_golden_file_fails(tmp_path, monkeypatch):
+    monkeypatch.delenv("TENSORSQL_UPDATE_GOLDEN", raising=False)
+    with pytest.raises(AssertionError, match=r"no golden file matmul\.sql"):
+        check_golden("matmul", CASES["matmul"](), tmp_path)
+    assert not (tmp_path / "matmul.sql").exists()
