@@ -49,7 +49,10 @@ def test_the_session_module_imports_no_engine():
 
 
 def test_the_duckdb_executor_implements_the_protocol(s):
+    import udf_kernels
+
     assert isinstance(s.executor, Executor)
+    assert set(s.executor.kernel_set.functions()) == set(udf_kernels.SQL_FUNCTIONS)
     assert s.p == s.executor.workers >= 1
 
 

@@ -72,6 +72,7 @@ class Executor(Protocol):
     name: str
     profile: EngineProfile
     catalog: Catalog
+    kernel_set: KernelSet
 
     @property
     def workers(self) -> int: ...

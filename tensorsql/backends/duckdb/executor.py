@@ -65,6 +65,21 @@ class _Statement:
     unpreparable: bool = False
 
 
+class DuckDBKernels:
+    """The extension loaded into one connection (a ``KernelSet``): its file and the functions it registered."""
+
+    def __init__(self, executor: DuckDBExecutor) -> None:
+        self.path = executor.kernels
+        self._executor = executor
+
+    def functions(self) -> list[str]:
+        q = (
+            "SELECT DISTINCT function_name FROM duckdb_functions() "
+            "WHERE function_name LIKE 'tensor%' ORDER BY function_name"
+        )
+        return [r[0] for r in self._executor.query(q, "kernel functions")]
+
+
 class DuckDBExecutor:
     """An embedded DuckDB (``:memory:`` or a file) with the kernels loaded."""
 
@@ -98,6 +113,7 @@ class DuckDBExecutor:
         self.read_only = read_only
         self._lock = threading.RLock()
         self.catalog = DuckDBCatalog(self.con, self._lock)
+        self.kernel_set = DuckDBKernels(self)
         self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
         #: sinks and slots: None until checked once against this connection
         self._sinks: bool | None = None
