@@ -66,7 +66,7 @@ class _Statement:
 
 
 class DuckDBKernels:
-    """The extension loaded into one connection (a ``KernelSet``): its file and the functions it registered."""
+    """The extension loaded into one connection (a ``KernelSet``): its file and the functions it has."""
 
     def __init__(self, executor: DuckDBExecutor) -> None:
         self.path = executor.kernels
