@@ -8,8 +8,9 @@ import operator
 import os
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence  # Callable: longrun
 from dataclasses import dataclass, field
+from typing import TypeVar  # longrun
 
 import duckdb
 import numpy as np
@@ -22,6 +23,7 @@ from tensorsql import allocator, catalog, frontend, ingest, lower, planning, sql
 from tensorsql import blocks as B
 from tensorsql import expr as E
 from tensorsql import tra as T
+from tensorsql.backends.duckdb import longrun  # longrun
 from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import (
     CatalogError,
@@ -37,9 +39,11 @@ from tensorsql.errors import (
 from tensorsql.relation import TensorRelation
 from tensorsql.sqlgen import ident, lit
 from tensorsql.subscripts import label_name, parse, split_args
+from udf_kernels import control as udf_control  # longrun
 from udf_kernels import sink as udf_sink
 
 _ids = itertools.count()
+_T = TypeVar("_T")  # longrun
 #: results up to this many bytes are fetched as rows rather than through an Arrow export (Session.run)
 SMALL_RESULT_BYTES = 1 << 18
 
@@ -268,10 +272,8 @@ class Session:
         with self._lock:
             try:
                 if not small:
-                    return self.con.sql(text).to_arrow_table()
-                cur = self.con.execute(text)
-                rows = cur.fetchall()
-                names = [d[0] for d in cur.description or []]
+                    return self._long_or_direct(plan, lambda: self.con.sql(text).to_arrow_table())
+                rows, names = self._long_or_direct(plan, lambda: _fetch_rows(self.con, text))
             except duckdb.Error as exc:
                 raise _wrap_duckdb(exc, "einsum") from exc
         cols = {
@@ -306,7 +308,7 @@ class Session:
             except ValueError:  # the kernels refused the array: go through Arrow
                 return None
             try:
-                _blocks, elements = self._run_sink(plan, key)
+                _blocks, elements = self._long_or_direct(plan, lambda: self._run_sink(plan, key))
             except duckdb.Error as exc:
                 raise _wrap_duckdb(exc, "einsum") from exc
             finally:
@@ -314,6 +316,31 @@ class Session:
         if elements != out.size:  # absent blocks (or a malformed stored relation): not every element written
             return None
         return out
+
+    # --- longrun: Ctrl-C and progress for long queries (tensorsql/backends/duckdb/longrun.py). A minimal
+    # routing for this branch, to be re-applied on backends/duckdb/executor.py: called with self._lock held.
+    #: draw a progress bar for long queries (None: TENSORSQL_PROGRESS, else whether stderr is a terminal)
+    progress: bool | None = None
+    _longrun_token: int | None = None
+
+    def _long_or_direct(self, plan: Plan, fn: Callable[[], _T]) -> _T:
+        """Runs ``fn`` (a query of ``plan`` on self.con) on this thread when the plan is short, else on a
+        worker thread through ``longrun.run_long``: Ctrl-C stops it promptly, a progress bar on a terminal."""
+        flops, weighted = longrun.plan_work(plan.root)
+        if not longrun.is_long(weighted, self.p):
+            return longrun.run_direct(fn)
+        if self._longrun_token is None:
+            self._longrun_token = udf_control.db_token(self.con)
+        return longrun.run_long(
+            self.con,
+            self._longrun_token,
+            self._kernels,
+            fn,
+            total_work=flops,
+            progress=longrun.progress_enabled(self.progress),
+        )
+
+    # --- end longrun
 
     def _run_sink(self, plan: Plan, key: int) -> tuple[int, int]:
         """Runs the plan's sink statement. From its second run on, the statement is prepared once and then
@@ -579,6 +606,11 @@ class Session:
         r = self.as_relation(rel)
         node = frontend.map_node(r.node, fn, param)
         return TensorRelation(self, node)
+
+
+def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:  # longrun
+    cur = con.execute(text)
+    return cur.fetchall(), [d[0] for d in cur.description or []]
 
 
 def _env_on(name: str) -> bool:

@@ -1,0 +1,1 @@
+"""The embedded DuckDB executor: SQL generation, the catalog, ingestion and the run paths."""
