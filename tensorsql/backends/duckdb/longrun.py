@@ -18,15 +18,19 @@ first, then ``TENSORSQL_PROGRESS=0/1``, then whether stderr is a terminal.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import queue
+import signal
 import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any, TypeVar
+
+import duckdb
 
 from tensorsql import expr as E
 from udf_kernels import control
@@ -110,8 +114,6 @@ def progress_enabled(option: bool | None = None, stream: IO[str] | None = None) 
 def is_interrupt(exc: BaseException) -> bool:
     """Whether an error from a query means it was interrupted: a cancelled kernel's (``control.MARKER``), or
     DuckDB's own interrupt."""
-    import duckdb
-
     if isinstance(exc, duckdb.InterruptException) or control.is_interrupted(exc):
         return True
     return isinstance(exc, duckdb.Error | RuntimeError) and any(m in str(exc) for m in _DUCKDB_INTERRUPTED)
@@ -142,19 +144,25 @@ def run_long(
     of the kernels' finished work against ``total_work`` flops.
 
     ``token`` is the kernel state of ``con``'s database (``udf_kernels.control.db_token``), ``lib_path`` the
-    loaded extension. On KeyboardInterrupt while waiting, the query is interrupted (``con.interrupt()``) and
-    the kernels cancelled; this returns only after the worker has finished (a result sink the query writes
-    stays lent until then), clears the flag and raises KeyboardInterrupt. A query that failed as interrupted
-    raises KeyboardInterrupt too; any other error of ``fn`` is raised as it is.
+    loaded extension. On Ctrl-C while waiting, the query is interrupted (``con.interrupt()``) and the kernels
+    cancelled; this returns only after the worker has finished (a result sink the query writes stays lent
+    until then), clears the flag and raises KeyboardInterrupt. A query that failed as interrupted raises
+    KeyboardInterrupt too; any other error of ``fn`` is raised as it is.
+
+    Ctrl-C never raises inside this function: on the main thread, SIGINT's handler is wrapped for its
+    duration, and what the previous handler raises (KeyboardInterrupt for Python's default) is recorded and
+    raised once the worker is done. An exception landing between two statements could otherwise escape
+    while the worker still runs (Thread.start() itself waits in Python code).
     """
     control.reset(lib_path, token)
     con.execute("SET enable_progress_bar = false")  # ours replaces DuckDB's (or there is none)
     out = sys.stderr if stream is None else stream
     bar = _Bar(out, total_work) if progress and _isatty(out) else None
-    # The worker hands its outcome over a SimpleQueue, not Thread.join: before Python 3.13 a KeyboardInterrupt
+    # The worker hands its outcome over a SimpleQueue, not Thread.join: before Python 3.13 an exception
     # inside join() can mark a running thread as stopped (the bpo-45274 handling releases the thread's own
     # lock), and then join() would return while the query still runs and still writes into its result.
-    done: queue.SimpleQueue[tuple[bool, Any]] = queue.SimpleQueue()
+    done: queue.SimpleQueue[object] = queue.SimpleQueue()
+    raised: list[BaseException] = []  # what Ctrl-C raised (the previous SIGINT handler's exception)
 
     def work() -> None:
         try:
@@ -163,37 +171,65 @@ def run_long(
             outcome = (False, exc)
         done.put(outcome)
 
-    threading.Thread(target=work, name="tensorsql-query", daemon=True).start()
-    interrupted = cancelled = False
-    # One loop for waiting and for cancelling: a KeyboardInterrupt may land anywhere in it (a second Ctrl-C
-    # too), and the loop is left only once the worker has finished.
-    while True:
+    def on_sigint(signum: int, frame: Any) -> None:
         try:
-            if interrupted and not cancelled:
-                con.interrupt()
-                control.cancel(lib_path, token)
-                cancelled = True
-            ok, value = done.get(timeout=POLL_SECONDS)
-            break
-        except queue.Empty:
-            if bar is not None and not interrupted:
-                bar.update(control.progress(lib_path, token))
-        except KeyboardInterrupt:
-            interrupted = True
-            cancelled = False
-    error = None if ok else value
+            if callable(previous):
+                previous(signum, frame)
+            elif previous != signal.SIG_IGN:
+                raise KeyboardInterrupt
+        except BaseException as exc:
+            raised.append(exc)
+            done.put(_WAKE)  # wakes the waiting get() at once
+
+    previous = _swap_sigint(on_sigint)
     try:
+        threading.Thread(target=work, name="tensorsql-query", daemon=True).start()
+        cancelled = False
+        while True:
+            try:
+                item = done.get(timeout=POLL_SECONDS)
+            except queue.Empty:
+                if bar is not None and not raised:
+                    with contextlib.suppress(Exception):  # nothing may leave the loop but the worker's end
+                        bar.update(control.progress(lib_path, token))
+                continue
+            if item is not _WAKE:
+                break
+            if not cancelled:
+                cancelled = True
+                with contextlib.suppress(Exception):
+                    con.interrupt()
+                control.cancel(lib_path, token)
+    finally:
+        if previous is not _NOT_SWAPPED:
+            signal.signal(signal.SIGINT, previous)
         if bar is not None:
             bar.close()
-    finally:
-        if interrupted or (error is not None and is_interrupt(error)):
-            control.reset(lib_path, token)
-            interrupted = True
-    if interrupted:
+    ok, value = item
+    if raised or (not ok and is_interrupt(value)):
+        control.reset(lib_path, token)
+        if raised and not isinstance(raised[0], KeyboardInterrupt):
+            raise raised[0]
         raise KeyboardInterrupt from None
-    if error is not None:
-        raise error
+    if not ok:
+        raise value
     return value
+
+
+_WAKE = object()
+_NOT_SWAPPED = object()
+
+
+def _swap_sigint(handler: Callable[[int, Any], None]) -> Any:
+    """Installs ``handler`` for SIGINT and returns the previous handler; _NOT_SWAPPED off the main thread
+    (where Python delivers no signals) or when the previous one is not Python's (then it stays)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _NOT_SWAPPED
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is None:  # installed outside Python: leave it alone
+        return _NOT_SWAPPED
+    signal.signal(signal.SIGINT, handler)
+    return previous
 
 
 def _isatty(stream: Any) -> bool:
