@@ -286,6 +286,7 @@ def test_run_long_draws_and_clears_a_bar(monkeypatch):
 
 def test_interrupted_errors_become_keyboard_interrupt(raw):
     con, path, token = raw
+    handler = signal.getsignal(signal.SIGINT)
 
     def interrupted():
         raise duckdb.InterruptException("INTERRUPT Error: Interrupted!")
@@ -301,6 +302,7 @@ def test_interrupted_errors_become_keyboard_interrupt(raw):
     with pytest.raises(ValueError, match="not an interrupt"):
         longrun.run_long(con, token, path, fails, total_work=1, progress=False)
     assert longrun.run_long(con, token, path, lambda: 42, total_work=1, progress=False) == 42
+    assert signal.getsignal(signal.SIGINT) is handler  # run_long's wrapper is gone again
 
 
 def test_progress_setting(monkeypatch):
