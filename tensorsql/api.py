@@ -27,16 +27,20 @@ def connect(
     *,
     strategy: str = "eindecomp",
     read_only: bool = False,
+    progress: bool | None = None,
 ) -> Session:
     """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing).
 
     ``threads``: DuckDB's and the kernels' threads; ``strategy``: the session's default blocking strategy
     (``eindecomp``, ``sqrt``, ``data``, ``model``, ``none``, ``operands``); ``read_only``: open a database
-    file for reading only (several processes may do so at once; a writer holds the file's lock alone).
+    file for reading only (several processes may do so at once; a writer holds the file's lock alone);
+    ``progress``: a progress bar on stderr for long queries (None: on when stderr is a terminal, unless
+    ``TENSORSQL_PROGRESS=0``).
     """
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
-    return Session(DuckDBExecutor(database, threads=threads, read_only=read_only), strategy=strategy)
+    executor = DuckDBExecutor(database, threads=threads, read_only=read_only, progress=progress)
+    return Session(executor, strategy=strategy)
 
 
 def default_session() -> Session:

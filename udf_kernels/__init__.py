@@ -104,6 +104,10 @@ SQL_FUNCTIONS: dict[str, str] = {
         "is written (a join side carrying it keeps DuckDB from buffering, and so copying, the join's output)"
     ),
     "tensorsql_kernels_version": "tensorsql_kernels_version() -> VARCHAR: the extension's version",
+    "tensorsql_db_token": (
+        "tensorsql_db_token() -> BIGINT: the random token of this database's kernel state, to cancel its "
+        "kernels and read their progress through the C ABI (udf_kernels.control)"
+    ),
     "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",
     "tensor_max": "tensor_max(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise max (real dtypes)",
     "tensor_min": "tensor_min(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise min (real dtypes)",

@@ -120,6 +120,50 @@ void run_join(Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, c
 	});
 }
 
+// run_join with cancellation and progress (control.hpp): with a Control and over 2 * kLoopStep flops (as the
+// planner counts them: 2 per element pair), the output's outer loops run one prefix combination at a time, each
+// about kLoopStep, checking for cancellation in between. The same element order as one call, so the same result.
+constexpr double kLoopStep = 2.0e8;
+
+template <class T, bool ACC = false>
+void run_join_steps(Control *ctl, Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
+	double work = 2.0;
+	for (const auto *loops : {&p.outer, &p.inner}) {
+		for (const Loop &l : *loops) {
+			work *= static_cast<double>(l.size);
+		}
+	}
+	if (ctl == nullptr || work <= 2.0 * kLoopStep || p.outer.empty()) {
+		run_join<T, ACC>(join, agg, p, x, y, z, fn);
+		if (ctl != nullptr) {
+			ctl->announce(work);
+			ctl->add(work);
+		}
+		return;
+	}
+	ctl->announce(work);
+	size_t d = 0;
+	double per = work;
+	while (d < p.outer.size() && per > kLoopStep) {
+		per /= static_cast<double>(p.outer[d].size);
+		d++;
+	}
+	Plan sub;
+	sub.outer.assign(p.outer.begin() + static_cast<std::ptrdiff_t>(d), p.outer.end());
+	sub.inner = p.inner;
+	int64_t zn = 1;
+	for (const Loop &l : sub.outer) {
+		zn *= l.size;
+	}
+	T *zp = z;
+	odometer(p.outer.data(), d, 0, 0, [&](int64_t ox, int64_t oy) {
+		ctl->check(fn);
+		run_join<T, ACC>(join, agg, sub, x + ox, y + oy, zp, fn);
+		zp += zn;
+		ctl->add(per);
+	});
+}
+
 } // namespace
 
 namespace {
@@ -259,12 +303,13 @@ public:
 	// z = the planned product of row r (numel() elements, C order).
 	template <class T>
 	void run(const EinsumArgs::Row &r, T *z, const char *fn) {
+		check(control_of(budget_), fn);
 		const T *x = aligned_view<T>(r.xb, xa_);
 		const T *y = aligned_view<T>(r.yb, ya_);
 		if (gemm_) {
 			contract<T>(*c_, x, y, z, false, budget_, scratch_);
 		} else {
-			run_join<T>(r.join, r.agg, *plan_, x, y, z, fn);
+			run_join_steps<T>(control_of(budget_), r.join, r.agg, *plan_, x, y, z, fn);
 		}
 	}
 	// Scratch for an output that has no place of its own.
@@ -569,6 +614,10 @@ void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, 
 		EinsumAggState &st = *w.st;
 		pgemm::gemm_packed(c.m, c.n, c.k, pa, pb, st_data<float>(&st), c.cr, !st.fresh);
 		st.fresh = false;
+		if (scratch.control != nullptr) {
+			scratch.control->announce(c.flops);
+			scratch.control->add(c.flops);
+		}
 		return;
 	}
 	dispatch(w.dt, [&](auto tag) {
@@ -681,9 +730,11 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	if (!parallel) {
 		held.release(); // each GEMM below takes its own tokens
 		GemmScratch scratch;
+		scratch.control = control_of(budget);
 		AlignedBuf xa, ya;
 		PackCache packs;
 		for (const auto &w : rows) {
+			check(scratch.control, EinsumAggState::kName);
 			run_gemm_row(w, budget, scratch, xa, ya, &packs);
 		}
 		return;
@@ -692,6 +743,7 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	budget->run(got, [&](int t) {
 		try {
 			GemmScratch scratch;
+			scratch.control = control_of(budget);
 			AlignedBuf xa, ya;
 			// This thread owns whole groups, so their rows may run in any order: rows that share an X block
 			// (one block of A times a row of B blocks) run back to back, and BLAS packs that block from
@@ -709,6 +761,7 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 			});
 			PackCache packs;
 			for (size_t i : order) {
+				check(scratch.control, EinsumAggState::kName);
 				run_gemm_row(rows[i], nullptr, scratch, xa, ya, &packs);
 			}
 		} catch (...) {
@@ -740,6 +793,7 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 		std::vector<GemmRow> gemm_rows;
 		auto valid = [&](idx_t row) { return args.valid(row) && (!into || sargs->valid(row)); };
 		update_rows(input, valid, [&](idx_t row) {
+			check(control_of(budget), FN);
 			if (into) {
 				sargs->read(row, FN);
 			}
@@ -791,7 +845,8 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 					st->to_z();
 					const T *x = aligned_view<T>(r.xb, xa);
 					const T *y = aligned_view<T>(r.yb, ya);
-					run_join<T, true>(r.join, r.agg, *plan, x, y, st->buf.template as<T>(), FN);
+					run_join_steps<T, true>(control_of(budget), r.join, r.agg, *plan, x, y, st->buf.template as<T>(),
+					                        FN);
 				}
 			});
 		});

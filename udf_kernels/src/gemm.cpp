@@ -441,16 +441,72 @@ void gemm_raw(const Contraction &c, const T *a, const T *Bm, T *cc, int64_t m64,
 	}
 }
 
+// A step of a long GEMM (control.hpp): a K panel of about kStepFlops, at least kStepK deep. BLAS packs each
+// operand panel once either way, so a K step costs one more pass over C, not measurable at 256 (a 2048 x 4096
+// x 4096 dgemm: the same time whole or in K panels of 256-1024, within noise).
+constexpr double kStepFlops = 2.0e9;
+constexpr int64_t kStepK = 256;
+
+// C (m x n, row stride ldc) (+)= A (m x K) * B (K x n), as gemm_raw, counted into meter. With a Control and over
+// 2 * kStepFlops it runs in K panels (and row panels when even one K panel is over 8 * kStepFlops: each row
+// panel packs B again, so those stay big), and returns between steps when cancelled, C left partial.
+template <class T>
+void gemm_steps(const Contraction &c, const T *A, const T *Bm, T *C, int64_t m, int64_t n, int64_t ldc, bool beta1,
+                Meter &meter) {
+	if (meter.stop()) {
+		return;
+	}
+	const double per_k = 2.0 * static_cast<double>(m) * static_cast<double>(n);
+	const double scale = is_complex_v<T> ? 4.0 : 1.0;
+	int64_t kc = c.k, rc = m;
+	if (meter.active() && per_k * scale * static_cast<double>(c.k) > 2.0 * kStepFlops) {
+		// float32 products with K <= 256 go to the packed kernel in gemm_raw: keep its panels deeper than that
+		const int64_t min_k = std::is_same_v<T, float> ? 2 * kStepK : kStepK;
+		kc = std::max<int64_t>(min_k, static_cast<int64_t>(kStepFlops / (per_k * scale)) / kStepK * kStepK);
+		const double panel = per_k * scale * static_cast<double>(std::min(kc, c.k));
+		if (panel > 8.0 * kStepFlops) {
+			rc = std::max<int64_t>(256, static_cast<int64_t>(8.0 * kStepFlops / panel * static_cast<double>(m)) / 16 * 16);
+		}
+	}
+	std::unique_ptr<Contraction> part;
+	if (kc < c.k || rc < m) {
+		try {
+			part = std::make_unique<Contraction>(c);
+		} catch (...) { // no memory for the copy: one step (this runs on pool workers, where nothing may throw)
+		}
+	}
+	if (!part) {
+		gemm_raw<T>(c, A, Bm, C, m, n, ldc, beta1);
+		meter.add(per_k * static_cast<double>(c.k));
+		return;
+	}
+	const int64_t ksteps = std::max<int64_t>(1, c.k / kc); // panels of kc or more (a short tail joins them)
+	for (int64_t r0 = 0; r0 < m; r0 += rc) {
+		const int64_t rows = std::min(rc, m - r0);
+		for (int64_t s = 0; s < ksteps; s++) {
+			if (meter.stop()) {
+				return;
+			}
+			const int64_t p0 = c.k * s / ksteps;
+			part->k = c.k * (s + 1) / ksteps - p0;
+			gemm_raw<T>(*part, A + r0 * c.a.sr + p0 * c.a.sc, Bm + p0 * c.b.sr, C + r0 * ldc, rows, n, ldc,
+			            beta1 || s > 0);
+			meter.add(2.0 * static_cast<double>(rows) * static_cast<double>(n) * static_cast<double>(part->k));
+		}
+	}
+}
+
 // C (+)= A * B for one batch, rows [r0, r1) of C (row stride c.cr).
 template <class T>
-void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, int64_t r1, bool beta1) {
-	gemm_raw<T>(c, A + r0 * c.a.sr, Bm, C + r0 * c.cr, r1 - r0, c.n, c.cr, beta1);
+void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, int64_t r1, bool beta1,
+               Meter &meter) {
+	gemm_steps<T>(c, A + r0 * c.a.sr, Bm, C + r0 * c.cr, r1 - r0, c.n, c.cr, beta1, meter);
 }
 
 // Tiles [t0, t1) of a tiled pack_c contraction: each C tile is formed in `buf` and scattered into z.
 template <class T>
 void run_tiles(const Contraction &c, const T *A, const T *Bm, T *z, bool accumulate, int64_t t0, int64_t t1,
-               AlignedBuf &buf) {
+               AlignedBuf &buf, Meter &meter) {
 	const int64_t per_b = c.mt.count * c.nt.count;
 	T *tile = reinterpret_cast<T *>(buf.resize(static_cast<size_t>(c.mt.rows * c.nt.rows) * sizeof(T)));
 	std::vector<int64_t> bs(c.bt.sizes.size() + 1), bl(bs.size()), ms(c.mt.sizes.size() + 1), ml(ms.size()),
@@ -458,6 +514,9 @@ void run_tiles(const Contraction &c, const T *A, const T *Bm, T *z, bool accumul
 	std::vector<int64_t> mstr(ms.size()), nstr(ns.size());
 	std::vector<Loop> loops(c.zlabels.size());
 	for (int64_t t = t0; t < t1; t++) {
+		if (meter.stop()) {
+			return;
+		}
 		const int64_t bi = c.bt.tile(t / per_b, bs.data(), bl.data());
 		const int64_t m0 = c.mt.tile((t % per_b) / c.nt.count, ms.data(), ml.data());
 		const int64_t n0 = c.nt.tile(t % c.nt.count, ns.data(), nl.data());
@@ -471,6 +530,7 @@ void run_tiles(const Contraction &c, const T *A, const T *Bm, T *z, bool accumul
 			mr *= ml[i];
 		}
 		gemm_raw<T>(c, A + bi * c.a.sb + m0 * c.a.sr, Bm + bi * c.b.sb + n0 * c.b.sc, tile, mr, nr, nr, false);
+		meter.add(2.0 * static_cast<double>(mr) * static_cast<double>(nr) * static_cast<double>(c.k));
 		int64_t zoff = 0;
 		for (size_t i = 0; i < c.zlabels.size(); i++) {
 			const Contraction::ZLabel &zl = c.zlabels[i];
@@ -527,6 +587,11 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		}
 		return;
 	}
+	Control *ctl = s.control != nullptr ? s.control : control_of(budget);
+	if (ctl != nullptr) {
+		ctl->check("contraction");
+		ctl->announce(c.flops);
+	}
 	const T *A = c.swap ? y : x;
 	const T *Bm = c.swap ? x : y;
 	if (c.a.pack) {
@@ -542,14 +607,17 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		const int got = budget != nullptr ? budget->acquire(want) : 1;
 		Lease lease {budget, got};
 		if (got <= 1 || tiles <= 1) {
-			run_tiles<T>(c, A, Bm, z, accumulate, 0, tiles, s.c);
+			Meter meter(ctl);
+			run_tiles<T>(c, A, Bm, z, accumulate, 0, tiles, s.c, meter);
 		} else {
 			const int t = static_cast<int>(std::min<int64_t>(got, tiles));
 			std::vector<std::exception_ptr> errors(static_cast<size_t>(t));
 			budget->run(t, [&](int i) {
 				try {
 					AlignedBuf own;
-					run_tiles<T>(c, A, Bm, z, accumulate, tiles * i / t, tiles * (i + 1) / t, i == 0 ? s.c : own);
+					Meter meter(ctl);
+					run_tiles<T>(c, A, Bm, z, accumulate, tiles * i / t, tiles * (i + 1) / t, i == 0 ? s.c : own,
+					             meter);
 				} catch (...) {
 					errors[static_cast<size_t>(i)] = std::current_exception();
 				}
@@ -560,6 +628,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 				}
 			}
 		}
+		check(ctl, "contraction");
 		return;
 	}
 	T *C = c.pack_c && !packed_out
@@ -572,15 +641,17 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 	Lease lease {budget, got};
 	if (c.nb >= got || c.nb > 1) {
 		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
+			Meter meter(ctl);
 			for (int64_t bi = b0; bi < b1; bi++) {
-				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1);
+				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1, meter);
 			}
 		});
 	} else if (c.m >= c.n || !(std::is_floating_point_v<T> || is_complex_v<T>)) {
 		// one batch: split C's rows in panels of 16 (each thread packs all of B, K x N)
 		const int64_t panels = (c.m + 15) / 16;
 		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
-			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1);
+			Meter meter(ctl);
+			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1, meter);
 		});
 	} else {
 		// wide C (M < N): split its columns instead, so each thread packs its part of B and only the
@@ -588,9 +659,11 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		const int64_t panels = (c.n + 15) / 16;
 		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
 			const int64_t n0 = p0 * 16, n1 = std::min<int64_t>(p1 * 16, c.n);
-			gemm_raw<T>(c, A, Bm + n0 * c.b.sc, C + n0, c.m, n1 - n0, c.cr, beta1);
+			Meter meter(ctl);
+			gemm_steps<T>(c, A, Bm + n0 * c.b.sc, C + n0, c.m, n1 - n0, c.cr, beta1, meter);
 		});
 	}
+	check(ctl, "contraction");
 	if (c.pack_c && !packed_out) {
 		T *zp = z;
 		const T *src = C;

@@ -12,6 +12,7 @@
 // cache-blocked native loop with wrapping arithmetic.
 #pragma once
 
+#include "control.hpp"
 #include "dtype.hpp"
 #include "spec.hpp"
 
@@ -53,6 +54,10 @@ public:
 	}
 	int total() const {
 		return total_;
+	}
+	// The database's cancellation flag and progress counters (control.hpp).
+	Control &control() {
+		return control_;
 	}
 	// Blocks until a token is free; returns how many were granted, in [1, want].
 	int acquire(int want) {
@@ -177,9 +182,15 @@ private:
 	std::deque<Task> queue_;
 	std::vector<std::thread> workers_;
 	bool stop_ = false;
+
+	Control control_;
 };
 
 using BudgetPtr = std::shared_ptr<ThreadBudget>;
+
+inline Control *control_of(ThreadBudget *budget) {
+	return budget != nullptr ? &budget->control() : nullptr;
+}
 
 // How one operand enters the GEMM: in place with strides (batch, row, col), or packed first.
 struct OperandPlan {
@@ -234,11 +245,17 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 
 struct GemmScratch {
 	AlignedBuf a, b, c;
+	// Where contract() checks for cancellation and counts its work when it is called without a budget (a
+	// single-threaded GEMM of a threaded caller); with a budget, the budget's Control.
+	Control *control = nullptr;
 };
 
 // z (+)= contraction of x and y. accumulate=false overwrites z (out_numel elements). budget may be null
 // (single-threaded). packed_out (only meaningful when c.pack_c): z holds C in its GEMM layout ([B, M, N]
 // contiguous; c.unpack maps it to Z's order) and the product is added there without the scatter into Z.
+// Cancellation: a long product runs in steps of bounded work (K panels, tiles, batches); it stops between steps
+// when its Control (scratch.control, else the budget's) is cancelled, and then fails with the interrupted error.
+// It counts the flops it finished there.
 template <class T>
 void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
               GemmScratch &scratch, bool packed_out = false);

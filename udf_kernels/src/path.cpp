@@ -196,6 +196,7 @@ public:
 		const size_t n = static_cast<size_t>(prog_->n_inputs);
 		const size_t last = prog_->steps.size() - 1;
 		for (size_t k = 0; k <= last; k++) {
+			check(control_of(budget_), "tensor_einsum_path");
 			const PathStep &s = prog_->steps[k];
 			const Contraction &c = plans_[k];
 			Value &z = values_[n + k];

@@ -108,7 +108,8 @@ bool register_all(duckdb_connection con) {
 	using T = Ty;
 	blas_single_threaded();
 	auto budget = std::make_shared<ThreadBudget>(database_threads(con));
-	if (!register_einsum_functions(con, budget) || !register_path_functions(con, budget)) {
+	if (!register_einsum_functions(con, budget) || !register_path_functions(con, budget) ||
+	    !add_budgeted_scalar(con, "tensorsql_db_token", {}, T::BigInt, tensorsql_db_token, budget, false)) {
 		return false;
 	}
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;

@@ -18,8 +18,9 @@ import logging
 import math
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import duckdb
 import numpy as np
@@ -29,7 +30,7 @@ from sqlglot import exp
 import udf_kernels
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
-from tensorsql.backends.duckdb import allocator, costs, ingest, sqlgen, statements
+from tensorsql.backends.duckdb import allocator, costs, ingest, longrun, sqlgen, statements
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.compile.plan import Plan
@@ -37,6 +38,7 @@ from tensorsql.dtypes import DTYPES
 from tensorsql.errors import ConfigError, ExtensionError, ShapeError, SQLExecutionError
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
+from udf_kernels import control as udf_control
 from udf_kernels import sink as udf_sink
 
 log = logging.getLogger("tensorsql")
@@ -48,6 +50,7 @@ SMALL_RESULT_BYTES = 1 << 18
 SLOT_BYTES = 1 << 20
 
 _ids = itertools.count()
+_T = TypeVar("_T")
 
 
 @dataclass(eq=False)
@@ -56,6 +59,8 @@ class _Statement:
 
     views: list[str | None]
     slots: list[object | None]
+    #: (flops, weighted flops) of the plan: whether it runs as a long query (``longrun``)
+    work: tuple[float, float]
     sink_slot: object | None = None
     #: the result has one blob label per dimension (a result sink can hold it)
     sinkable: bool = True
@@ -87,7 +92,12 @@ class DuckDBExecutor:
     profile = costs.PROFILE
 
     def __init__(
-        self, database: str = ":memory:", *, threads: int | None = None, read_only: bool = False
+        self,
+        database: str = ":memory:",
+        *,
+        threads: int | None = None,
+        read_only: bool = False,
+        progress: bool | None = None,
     ) -> None:
         if allocator.enabled_by_env():
             allocator.tune()
@@ -98,6 +108,8 @@ class DuckDBExecutor:
             config["threads"] = str(threads)
         if not isinstance(read_only, bool):
             raise ConfigError(f"read_only={read_only!r} must be a bool")
+        if progress is not None and not isinstance(progress, bool):
+            raise ConfigError(f"progress={progress!r} must be a bool or None")
         if read_only and str(database) == ":memory:":
             raise ConfigError("read_only=True needs a database file, not ':memory:'")
         self.database = str(database)
@@ -111,6 +123,9 @@ class DuckDBExecutor:
             self.con.close()
             raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
         self.read_only = read_only
+        #: a progress bar for long queries (None: TENSORSQL_PROGRESS, else whether stderr is a terminal)
+        self.progress = progress
+        self._token: int | None = None
         self._lock = threading.RLock()
         self.catalog = DuckDBCatalog(self.con, self._lock)
         self.kernel_set = DuckDBKernels(self)
@@ -200,12 +215,13 @@ class DuckDBExecutor:
                     replace=replace,
                     properties=props,
                 )
+                text = sqlgen.sql_text(create)
                 if temporary:
-                    self.query(create, "materialize")
+                    self._run(st, lambda: self.query(text, "materialize"))
                     return name
                 self.query(exp.Transaction(), "begin")
                 try:
-                    self.query(create, f"save {name!r}")
+                    self._run(st, lambda: self.query(text, f"save {name!r}"))
                     entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
                     self.catalog.put(entry)
                     self.query(exp.Commit(), "commit")
@@ -276,10 +292,8 @@ class DuckDBExecutor:
             self._bind(st, plan, bindings)
             try:
                 if not small:
-                    return self.con.sql(text).to_arrow_table()
-                cur = self.con.execute(text)
-                rows = cur.fetchall()
-                names = [d[0] for d in cur.description or []]
+                    return self._run(st, lambda: self.con.sql(text).to_arrow_table())
+                rows, names = self._run(st, lambda: _fetch_rows(self.con, text))
             except duckdb.Error as exc:
                 raise wrap(exc, "einsum") from exc
             finally:
@@ -312,7 +326,7 @@ class DuckDBExecutor:
                         st.sink_slot.set(out, writable=True)  # type: ignore[attr-defined]
                     except ValueError:
                         return False
-                    _blocks, elements = self._run_sink(st, plan, None)
+                    _blocks, elements = self._run(st, lambda: self._run_sink(st, plan, None))
                 else:
                     try:
                         sink = udf_sink.Sink(self.kernels, out)
@@ -320,7 +334,7 @@ class DuckDBExecutor:
                     except ValueError:
                         return False
                     try:
-                        _blocks, elements = self._run_sink(st, plan, key)
+                        _blocks, elements = self._run(st, lambda: self._run_sink(st, plan, key))
                     finally:
                         sink.close()
             except duckdb.Error as exc:
@@ -330,6 +344,24 @@ class DuckDBExecutor:
                     st.sink_slot.clear()  # type: ignore[attr-defined]
                 self._unbind(st)
         return elements == out.size
+
+    def _run(self, st: _Statement, fn: Callable[[], _T]) -> _T:
+        """Runs ``fn`` (a query of the statement's plan) here when the plan is short; else on a worker thread
+        (``longrun.run_long``), so Ctrl-C stops it promptly (DuckDB's interrupt and the kernels' cancellation
+        flag) and a progress bar follows the kernels' finished flops. Called with the lock held."""
+        flops, weighted = st.work
+        if not longrun.is_long(weighted, self._workers):
+            return longrun.run_direct(fn)
+        if self._token is None:
+            self._token = udf_control.db_token(self.con)
+        return longrun.run_long(
+            self.con,
+            self._token,
+            self.kernels,
+            fn,
+            total_work=flops,
+            progress=longrun.progress_enabled(self.progress),
+        )
 
     def _run_sink(self, st: _Statement, plan: Plan, key: int | None) -> tuple[int, int]:
         """Runs the plan's sink statement: as text on its first run, prepared from its second on (only when it
@@ -397,7 +429,9 @@ class DuckDBExecutor:
                 slots.append(None)
         sink_slot = udf_sink.Slot(self.kernels) if lend else None
         blob = plan.tra.schema.blob
-        st = _Statement(views, slots, sink_slot, sinkable=len(set(blob)) == len(blob))
+        st = _Statement(
+            views, slots, longrun.plan_work(plan.root), sink_slot, sinkable=len(set(blob)) == len(blob)
+        )
         self._statements[plan] = st
         return st
 
@@ -439,6 +473,11 @@ class DuckDBExecutor:
         for slot in st.slots:
             if slot is not None:
                 slot.clear()  # type: ignore[attr-defined]
+
+
+def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:
+    cur = con.execute(text)
+    return cur.fetchall(), [d[0] for d in cur.description or []]
 
 
 def _parsed(text: str) -> exp.Expression:
