@@ -128,7 +128,8 @@ def einsum(
     relation's session (``out`` is then not allowed). Repeated calls of one equation, shapes and dtypes reuse
     their plan and prepared statement (``Session.plans``).
     """
-    _, _, operands = split_args(args)
+    # the string form's operands follow the string: no need to parse it before the plan cache is asked
+    operands = list(args[1:]) if args and isinstance(args[0], str) else split_args(args)[2]
     rel_ops = [op for op in operands if isinstance(op, TensorRelation)]
     if rel_ops:
         if out is not None:

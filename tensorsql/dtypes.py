@@ -43,9 +43,20 @@ def dtype_name(dtype: object) -> str:
     return name
 
 
+_CARRIER_OF: dict[np.dtype, str] = {}
+
+
 def carrier_dtype(dtype: np.dtype) -> str:
     """The relation dtype that carries a numpy dtype through the engine (itself when supported)."""
-    name = np.dtype(dtype).name
+    if isinstance(dtype, np.dtype):
+        found = _CARRIER_OF.get(dtype)
+        if found is None:
+            found = _CARRIER_OF[dtype] = _carrier(dtype.name)
+        return found
+    return _carrier(np.dtype(dtype).name)
+
+
+def _carrier(name: str) -> str:
     if name in DTYPES:
         return name
     if name in _CARRIERS:
