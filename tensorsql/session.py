@@ -141,7 +141,7 @@ class Session:
             raise CatalogError(f"cannot open {database!r} as a DuckDB database: {exc}") from exc
         try:
             self._kernels = udf_kernels.load(self.con)
-        except (udf_kernels.KernelBuildError, duckdb.Error, OSError) as exc:
+        except (udf_kernels.KernelBuildError, udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
             raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
         if strategy not in planning.STRATEGIES:
             raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(planning.STRATEGIES)}")
