@@ -11,11 +11,12 @@ in, a term that goes through m rounded operations is off by a relative gamma_m ~
 
     |got - exact| <= m·u · einsum(|operands|)
 
-with m = K + n: K the number of products each output element sums (the product of the sizes of the summed
+with m <= K + 2n: K the number of products each output element sums (the product of the sizes of the summed
 labels, the worst order; or, for a known pairwise path, the sum over its steps of the products each step
-sums) and n the operands (one multiplication each). The tolerance, :func:`einsum_tolerance`, is twice that
-(eps rather than u) plus two more roundings: it also covers a reference computed at the same precision, the
-final cast, and complex products. Integers compare exactly.
+sums) and n the operands (a multiplication each, and a pairwise path's steps one more rounding each at most).
+The tolerance, :func:`einsum_tolerance`, (K + 2n + 2)·eps, is twice that (eps rather than u: it also covers a
+reference computed at the same precision) plus two roundings for complex products and the final cast.
+Integers compare exactly.
 
 Elementwise functions and reductions other than sums have their own rules (:func:`elementwise_tolerance`,
 :func:`reduction_tolerance`); composite pipelines (softmax, attention) build theirs from these in the test.
