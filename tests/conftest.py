@@ -10,6 +10,7 @@ import logging
 from collections.abc import Callable, Iterator
 
 import pytest
+from kernel_paths import supported_kernel_paths
 
 import tensorsql as ts
 
@@ -44,3 +45,10 @@ def _no_silent_cleanup_failures(caplog: pytest.LogCaptureFixture) -> Iterator[No
     yield
     failures = [r.getMessage() for r in caplog.get_records("call") if r.name == "tensorsql"]
     assert not failures, f"clean-up failures: {failures}"
+
+
+@pytest.fixture(scope="module", params=supported_kernel_paths())
+def kernel_path(request: pytest.FixtureRequest) -> str:
+    """A test (and the module-scoped fixtures it uses) runs once per float32 GEMM kernel path this machine
+    supports; make sessions and connections on it with kernel_paths.connect / kernel_paths.duckdb_connect."""
+    return request.param

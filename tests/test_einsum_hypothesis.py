@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tolerance import assert_einsum_close
 
 import tensorsql
 
 LABEL_POOL = "abcdefgXY"
 EINSUM_DTYPES = [np.float64, np.int64, np.complex128, np.float32]
 ALL_DTYPES = [np.float32, np.float64, np.int64, np.complex128]
-RTOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10, np.dtype(np.complex128): 1e-10}
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -96,11 +96,7 @@ def _assert_matches_numpy(result, problem: Problem, ops: list[np.ndarray]) -> No
     if expected.dtype.kind == "i":
         np.testing.assert_array_equal(res, expected)
         return
-    wide = [o.astype(np.float64) if o.dtype == np.float32 else o for o in ops]
-    ref = np.asarray(np.einsum(problem.subscripts, *wide))
-    mag = np.asarray(np.einsum(problem.subscripts, *[np.abs(o).astype(np.float64) for o in ops]))
-    err = np.abs(res.astype(np.complex128) - ref)
-    assert (err <= RTOL[expected.dtype] * (mag + np.abs(ref)) + 1e-300).all(), (res, ref)
+    assert_einsum_close(res, problem.subscripts, *ops)  # against a float64 reference, K·eps of the dtype
 
 
 

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import zlib
 
+import kernel_paths
 import numpy as np
 import pytest
+import tolerance
 from equations import (
     BLOCKING_CASES,
     EQUATIONS,
@@ -23,7 +25,6 @@ from equations import (
 import tensorsql
 
 DTYPES = [np.float32, np.float64, np.int64, np.complex128]
-RTOL = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-10, np.dtype(np.complex128): 1e-10}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -56,9 +57,9 @@ def assert_einsum_close(result, call_args: list, expected_dtype=None, **np_kwarg
     """Compare a tensorsql result with ``np.einsum(*call_args, **np_kwargs)``.
 
     ``call_args`` is either ``[subscripts, *operands]`` or the interleaved form.  Floating results are
-    compared against a float64 (for float32) reference with a tolerance of ``rtol`` times the einsum of
-    the absolute values, so that cancellation in sums does not make the relative check flaky; int64 is
-    compared exactly.  Shape and dtype must match numpy's.
+    compared against a float64 (for float32) reference within tolerance.einsum_tolerance: K·eps of the
+    result dtype times the einsum of the absolute values, so that cancellation in sums does not make the
+    check flaky; int64 is compared exactly.  Shape and dtype must match numpy's.
     """
     expected = np.asarray(np.einsum(*call_args, **np_kwargs))
     res = np.asarray(result)
@@ -70,28 +71,16 @@ def assert_einsum_close(result, call_args: list, expected_dtype=None, **np_kwarg
         return
     wide = [_wide(x) if isinstance(x, np.ndarray) else x for x in call_args]
     ref = np.asarray(np.einsum(*wide, **{k: v for k, v in np_kwargs.items() if k != "dtype"}))
-    mag = np.asarray(np.einsum(*[np.abs(x).astype(np.float64) if isinstance(x, np.ndarray) else x
-                                 for x in call_args]))
-    rtol = RTOL.get(want_dtype, 1e-10)
-    err = np.abs(res.astype(np.complex128) - ref.astype(np.complex128))
-    tol = rtol * (mag + np.abs(ref)) + np.finfo(want_dtype).tiny
-    bad = err > tol
-    assert not bad.any(), (
-        f"{int(bad.sum())} of {bad.size} elements differ; max err {err.max()}, "
-        f"first bad index {np.argwhere(bad)[0].tolist()}: got {res[bad][0]!r}, expected {ref[bad][0]!r}"
-    )
+    tolerance.assert_close(res, ref, tolerance.einsum_tolerance(*call_args, dtype=want_dtype))
 
 
-def assert_array_close_to(result, expected: np.ndarray) -> None:
+def assert_array_close_to(result, call_args: list, expected: np.ndarray) -> None:
     """For results whose reference is already computed (sublist cases with labels >= 52)."""
     res = np.asarray(result)
     expected = np.asarray(expected)
     assert res.shape == expected.shape
     assert res.dtype == expected.dtype
-    if expected.dtype.kind in "iub":
-        np.testing.assert_array_equal(res, expected)
-    else:
-        np.testing.assert_allclose(res, expected, rtol=RTOL.get(expected.dtype, 1e-10), atol=1e-12)
+    tolerance.assert_einsum_close(res, *call_args, want=expected, dtype=expected.dtype)
 
 
 
@@ -120,14 +109,15 @@ def test_einsum_sublist_matches_numpy(case: SublistCase, dtype):
     if case.max_label < 52:
         assert_einsum_close(result, case.args(ops))
     else:  # numpy's interleaved form stops at 52 labels: pairwise numpy reference
-        assert_array_close_to(result, sublist_reference(case, ops))
+        assert_array_close_to(result, case.args(ops), sublist_reference(case, ops))
 
 
 def test_einsum_sublist_equals_string_form():
     case = next(c for c in EQUATIONS if c.id == "nary-chain4")
     ops = make_operands(case.shapes, np.float64, case.id)
     got = tensorsql.einsum(ops[0], [0, 1], ops[1], [1, 2], ops[2], [2, 3], ops[3], [3, 4], [0, 4])
-    np.testing.assert_allclose(got, tensorsql.einsum("ab,bc,cd,de->ae", *ops), rtol=1e-12)
+    want = tensorsql.einsum("ab,bc,cd,de->ae", *ops)
+    tolerance.assert_einsum_close(got, "ab,bc,cd,de->ae", *ops, want=want)
 
 
 def test_einsum_non_contiguous_operands():
@@ -255,7 +245,45 @@ def test_session_einsum_chained_lazy(session):
     ra, rb, rc = (session.from_numpy(x, block_shape=(2, 2)) for x in (a, b, c))
     ab = session.einsum("ij,jk->ik", ra, rb)
     result = session.einsum("ik,kl->li", ab, rc).numpy()
-    np.testing.assert_allclose(result, np.einsum("ij,jk,kl->li", a, b, c), rtol=1e-10, atol=1e-12)
+    tolerance.assert_einsum_close(result, "ij,jk,kl->li", a, b, c)
+
+
+# --------------------------------------------------------------------------------------------------
+# every GEMM kernel path (TENSORSQL_KERNEL_PATH): a representative subset through a session on each
+# --------------------------------------------------------------------------------------------------
+# every fourth contraction of EQUATIONS (each category), and products big enough for the packed float32
+# kernel (M, N >= 16), transposed, batched, interleaved (tiled scatter), with diagonals, and chained
+PATH_CASES = [c for c in EQUATIONS if len(c.shapes) >= 2][::4] + [
+    Case(f"large-{i}", eq, shapes, "large")
+    for i, (eq, shapes) in enumerate(
+        [
+            ("ij,jk->ik", ((40, 33), (33, 50))),
+            ("ji,kj->ik", ((33, 40), (50, 33))),
+            ("ij,jk->ki", ((40, 300), (300, 24))),
+            ("bij,bjk->bik", ((3, 20, 17), (3, 17, 24))),
+            ("abk,kcd->acbd", ((10, 12, 20), (20, 9, 8))),
+            ("abcd,cdef->abef", ((4, 5, 6, 6), (6, 6, 5, 4))),
+            ("iij,jk->ik", ((20, 20, 30), (30, 18))),
+            ("ij,jk,kl->il", ((30, 20), (20, 40), (40, 16))),
+        ]
+    )
+]
+PATH_DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
+
+
+@pytest.fixture(scope="module")
+def path_session(kernel_path):
+    s = kernel_paths.connect(kernel_path, threads=2)
+    assert s.execute("SELECT tensorsql_kernel_path()")[0][0] == kernel_path
+    yield s
+    s.close()
+
+
+@pytest.mark.parametrize("dtype", PATH_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("case", PATH_CASES, ids=lambda c: c.id)
+def test_einsum_matches_numpy_on_every_kernel_path(path_session, case: Case, dtype):
+    ops = make_operands(case.shapes, dtype, case.id)
+    assert_einsum_close(path_session.einsum(case.subscripts, *ops).numpy(), [case.subscripts, *ops])
 
 
 # --------------------------------------------------------------------------------------------------

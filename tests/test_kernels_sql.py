@@ -11,6 +11,9 @@ import warnings
 import duckdb
 import numpy as np
 import pytest
+import tolerance
+from kernel_paths import duckdb_connect
+from tolerance import elementwise_tolerance, reduction_tolerance
 
 import udf_kernels
 
@@ -53,6 +56,14 @@ def scon(ext_path):
     c.close()
 
 
+@pytest.fixture(scope="module")
+def gcon(ext_path, kernel_path):
+    """scon for the GEMM tests: one connection per kernel path of the machine (TENSORSQL_KERNEL_PATH)."""
+    c = duckdb_connect(kernel_path)
+    yield c
+    c.close()
+
+
 def np_dtype(dtype: str) -> np.dtype:
     return np.dtype(dtype).newbyteorder("<")
 
@@ -77,14 +88,15 @@ def rand(shape, dtype: str, rng: np.random.Generator, positive: bool = False) ->
     return re.astype(dtype)
 
 
-def assert_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+def assert_close(got: np.ndarray, want: np.ndarray, dtype: str, tol=None) -> None:
+    """Integers exactly; floats within ``tol``, a tolerance derived from the computation (tests/tolerance.py:
+    einsum_tol below for einsums, elementwise_tolerance, reduction_tolerance)."""
     assert got.shape == want.shape
     if dtype.startswith("int"):
         np.testing.assert_array_equal(got, want)
-    elif dtype in ("float32", "complex64"):
-        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10)
+        return
+    assert tol is not None, "a float comparison needs a tolerance derived from the computation"
+    tolerance.assert_close(got, want, tol)
 
 
 def uniq(labels: str) -> str:
@@ -145,7 +157,8 @@ def agg_ref(agg: str, z: np.ndarray, axes: tuple, dtype: str) -> np.ndarray:
     return np.min(z, axis=axes, initial=hi)
 
 
-def einsum_ref(spec: str, join: str, agg: str, dtype: str, x: np.ndarray, y=None) -> np.ndarray:
+def einsum_space(spec: str, join: str, dtype: str, x: np.ndarray, y=None) -> tuple[np.ndarray, str, str]:
+    """(the join's values over the whole label space, the space's labels, the output's labels)."""
     lhs, out = spec.split("->")
     ins = lhs.split(",")
     ops = [x] if y is None else [x, y]
@@ -157,13 +170,58 @@ def einsum_ref(spec: str, join: str, agg: str, dtype: str, x: np.ndarray, y=None
         _to_space(_diag(op, labels), uniq(labels), space, sizes) for labels, op in zip(ins, ops, strict=True)
     ]
     z = b[0] if y is None else join_ref(join, b[0], b[1], dtype)
-    z = np.broadcast_to(z, [sizes[c] for c in space])
+    return np.broadcast_to(z, [sizes[c] for c in space]), space, out
+
+
+def einsum_ref(spec: str, join: str, agg: str, dtype: str, x: np.ndarray, y=None) -> np.ndarray:
+    z, space, out = einsum_space(spec, join, dtype, x, y)
     agg_axes = tuple(i for i, c in enumerate(space) if c not in out)
     kept = [c for c in space if c in out]
     if agg_axes:
         z = agg_ref(agg, z, agg_axes, dtype)
     z = np.transpose(z, [kept.index(c) for c in out]) if out else z
     return np.asarray(z, dtype=np_dtype(dtype))
+
+
+# Rounded operations in one join value computed from exact inputs (complex ones take two more).
+JOIN_ROUNDINGS = {"multiply": 1, "add": 1, "subtract": 1, "divide": 1, "sqdiff": 2, "absdiff": 1, "max": 0,
+                  "min": 0, "": 0}
+
+
+def join_terms(spec: str, join: str, dtype: str, x: np.ndarray, y=None) -> np.ndarray:
+    """The join's values at reference precision as (output shape..., K): the K values the agg reduces into
+    each output element."""
+    wide = "complex128" if dtype in COMPLEX else "float64"
+    z, space, out = einsum_space(spec, join, wide, x.astype(wide), None if y is None else y.astype(wide))
+    order = [space.index(c) for c in out] + [i for i, c in enumerate(space) if c not in out]
+    z = np.transpose(z, order)
+    k = int(np.prod(z.shape[len(out) :]))
+    return z.reshape(*z.shape[: len(out)], k)
+
+
+def einsum_tol(agg: str, dtype: str, *contributions) -> np.ndarray | float:
+    """Tolerance of a block einsum, or of several whose values one aggregate combines into one block:
+    ``contributions`` are (spec, join, x, y) with the same output; tolerance.reduction_tolerance over all
+    their join values (an einsum's K products, times the rows of a fused aggregate)."""
+    if dtype.startswith("int"):
+        return 0.0
+    r = max(JOIN_ROUNDINGS[join] for _, join, _, _ in contributions) + (2 if dtype in COMPLEX else 0)
+    if agg != "sum":
+        terms = [join_terms(spec, join, dtype, x, y) for spec, join, x, y in contributions]
+        return reduction_tolerance(np.concatenate(terms, axis=-1), agg, -1, dtype, roundings=r)
+    # sums: the einsum rule over all contributions, (K + r + 2)·eps·Σ|terms|; for products without forming
+    # every term (tolerance.magnitude: the einsum of the absolute values)
+    k, mag = 0, 0.0
+    for spec, join, x, y in contributions:
+        ops = [x] if y is None else [x, y]
+        if join in ("multiply", ""):
+            k += tolerance.summed_terms(spec, *ops)
+            mag = mag + tolerance.magnitude(spec, *ops)
+        else:
+            t = join_terms(spec, join, dtype, x, y)
+            k += t.shape[-1]
+            mag = mag + np.abs(t).sum(axis=-1)
+    return (k + r + 2) * tolerance.eps(dtype) * mag + np.finfo(np_dtype(dtype)).tiny
 
 
 def sql_einsum(con, spec, join, agg, dtype, x, y):
@@ -285,7 +343,7 @@ def test_shape_literals_and_integer_lists(con):
 def test_list_roundtrip_and_get(scon, dtype):
     x = rand((2, 3), dtype, np.random.default_rng(1))
     got = scon.execute("SELECT tensor_to_list(?::BLOB, ?)", [blob(x), dtype]).fetchone()[0]
-    np.testing.assert_allclose(got, x.ravel().astype(np.float64), rtol=1e-6)
+    np.testing.assert_array_equal(got, x.ravel().astype(np.float64))  # every REAL dtype converts exactly
     b = scon.execute(
         "SELECT tensor_from_list(?::DOUBLE[], ?)", [[float(v) for v in x.ravel()], dtype]
     ).fetchone()[0]
@@ -294,7 +352,7 @@ def test_list_roundtrip_and_get(scon, dtype):
         v = scon.execute(
             "SELECT tensor_get(?::BLOB, ?, [2, 3], ?::BIGINT[])", [blob(x), dtype, idx]
         ).fetchone()[0]
-        assert v == pytest.approx(float(x[tuple(idx)]), rel=1e-6)
+        assert v == float(x[tuple(idx)])
     with pytest.raises(duckdb.Error, match=r"tensor_get: index \[2,0\] is out of bounds for shape \[2,3\]"):
         scon.execute("SELECT tensor_get(?::BLOB, ?, [2, 3], [2, 0])", [blob(x), dtype]).fetchall()
     with pytest.raises(duckdb.Error, match=r"tensor_get: index \[1\] does not have the rank"):
@@ -384,14 +442,14 @@ SIZES = {"i": 3, "j": 4, "k": 2, "l": 3, "b": 2, "a": 3, "B": 5, "c": 2}
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("spec", MULT_SPECS)
-def test_einsum_multiply_sum_matches_np_einsum(scon, spec, dtype):
+def test_einsum_multiply_sum_matches_np_einsum(gcon, spec, dtype):
     rng = np.random.default_rng(abs(hash((spec, dtype))) % 2**32)
     lx, ly = spec.split("->")[0].split(",")
     x = rand(shape_for(lx, SIZES), dtype, rng)
     y = rand(shape_for(ly, SIZES), dtype, rng)
-    got = unblob(sql_einsum(scon, spec, "multiply", "sum", dtype, x, y), dtype, out_shape(spec, x, y))
+    got = unblob(sql_einsum(gcon, spec, "multiply", "sum", dtype, x, y), dtype, out_shape(spec, x, y))
     want = np.einsum(spec, x, y).astype(dtype)
-    assert_close(got, want, dtype)
+    assert_close(got, want, dtype, einsum_tol("sum", dtype, (spec, "multiply", x, y)))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -410,11 +468,13 @@ def test_einsum_join_agg(scon, join, agg, dtype):
             sql_einsum(scon, spec, join, agg, dtype, x, y)
         return
     got = unblob(sql_einsum(scon, spec, join, agg, dtype, x, y), dtype, (3, 2))
-    assert_close(got, einsum_ref(spec, join, agg, dtype, x, y), dtype)
+    tol = einsum_tol(agg, dtype, (spec, join, x, y))
+    assert_close(got, einsum_ref(spec, join, agg, dtype, x, y), dtype, tol)
     # every label kept: the result is just the join, whatever the agg
     spec2 = "ij,jk->ijk"
     got = unblob(sql_einsum(scon, spec2, join, agg, dtype, x, y), dtype, (3, 4, 2))
-    assert_close(got, einsum_ref(spec2, join, "sum", dtype, x, y), dtype)
+    tol = einsum_tol(agg, dtype, (spec2, join, x, y))
+    assert_close(got, einsum_ref(spec2, join, "sum", dtype, x, y), dtype, tol)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32"])
@@ -428,7 +488,8 @@ def test_einsum_other_specs_extended(scon, spec, join, dtype):
     y = rand(shape_for(ly, sizes), dtype, rng)
     for agg in AGGS:
         got = unblob(sql_einsum(scon, spec, join, agg, dtype, x, y), dtype, out_shape(spec, x, y))
-        assert_close(got, einsum_ref(spec, join, agg, dtype, x, y), dtype)
+        tol = einsum_tol(agg, dtype, (spec, join, x, y))
+        assert_close(got, einsum_ref(spec, join, agg, dtype, x, y), dtype, tol)
 
 
 def test_einsum_empty_dims_give_identity(con):
@@ -484,10 +545,12 @@ def test_einsum1(scon, spec, dtype):
                 sql_einsum1(scon, spec, agg, dtype, x)
             continue
         got = unblob(sql_einsum1(scon, spec, agg, dtype, x), dtype, out_shape(spec, x))
-        assert_close(got, einsum_ref(spec, "", agg, dtype, x), dtype)
+        tol = einsum_tol(agg, dtype, (spec, "", x, None))
+        assert_close(got, einsum_ref(spec, "", agg, dtype, x), dtype, tol)
     if dtype in REAL:
         got = unblob(sql_einsum1(scon, spec, "sum", dtype, x), dtype, out_shape(spec, x))
-        assert_close(got, np.einsum(spec, x).astype(dtype), dtype)
+        tol = einsum_tol("sum", dtype, (spec, "", x, None))
+        assert_close(got, np.einsum(spec, x).astype(dtype), dtype, tol)
 
 
 def test_einsum_errors(con):
@@ -603,7 +666,7 @@ def test_einsum_per_row_arguments(con):
     for (_r, out), row in zip(got, rows, strict=True):
         _, spec, join, agg, dtype, _, _, x, y = row
         want = einsum_ref(spec, join, agg, dtype, x, y)
-        assert_close(unblob(out, dtype, want.shape), want, dtype)
+        assert_close(unblob(out, dtype, want.shape), want, dtype, einsum_tol(agg, dtype, (spec, join, x, y)))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -661,7 +724,9 @@ def test_map(scon, fn, dtype):
             scon.execute(sql, params).fetchall()
         return
     got = unblob(scon.execute(sql, params).fetchone()[0], dtype, (3, 4))
-    assert_close(got, map_ref(fn, x, param, dtype), dtype)
+    want = map_ref(fn, x, param, dtype)
+    # one library function per element (numpy's SIMD float32 exp/log/pow err by a few ulps)
+    assert_close(got, want, dtype, elementwise_tolerance(want, dtype, roundings=4))
 
 
 def test_map_param_rules(con):
@@ -697,7 +762,7 @@ def test_cast(scon, frm, to):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         want = src.astype(to)
-    assert_close(unblob(got, to, (2, 5)), want, to)
+    assert_close(unblob(got, to, (2, 5)), want, to, elementwise_tolerance(want, to, roundings=1))
 
 
 def test_cast_out_of_range_is_defined(con):
@@ -751,7 +816,9 @@ def test_reduce_aggregates(con, fn, dtype):
             want = REDUCE[fn](stack, axis=0, dtype=np_dtype(dtype))
         else:
             want = REDUCE[fn](stack, axis=0)
-        assert_close(unblob(out, dtype, (2, 3)), want, dtype)
+        agg = fn[len("tensor_") :]
+        tol = 0.0 if dtype.startswith("int") else reduction_tolerance(stack, agg, 0, dtype, roundings=0)
+        assert_close(unblob(out, dtype, (2, 3)), want, dtype, tol)
 
 
 def test_reduce_nulls_and_empty_groups(con):
@@ -802,12 +869,19 @@ def test_einsum_agg_as_window_function_shares_states_safely(con, frame):
     ys = [rand((4, 2), "float64", rng) for _ in range(n)]
     con.execute("CREATE TABLE w (i INTEGER, x BLOB, y BLOB)")
     con.executemany("INSERT INTO w VALUES (?, ?, ?)", [(i, blob(xs[i]), blob(ys[i])) for i in range(n)])
-    for agg_sql, ref in [
+    for agg_sql, ref, tol in [
         (
             "tensor_einsum_agg('ij,jk->ik', 'multiply', 'sum', 'float64', x, [3, 4], y, [4, 2])",
             lambda lo, hi: sum(xs[i] @ ys[i] for i in range(lo, hi + 1)),
+            lambda lo, hi: einsum_tol(
+                "sum", "float64", *[("ij,jk->ik", "multiply", xs[i], ys[i]) for i in range(lo, hi + 1)]
+            ),
         ),
-        ("tensor_sum(x, 'float64')", lambda lo, hi: sum(xs[i] for i in range(lo, hi + 1))),
+        (
+            "tensor_sum(x, 'float64')",
+            lambda lo, hi: sum(xs[i] for i in range(lo, hi + 1)),
+            lambda lo, hi: reduction_tolerance(np.stack(xs[lo : hi + 1]), "sum", 0, "float64", 0),
+        ),
     ]:
         rows = con.execute(
             f"SELECT i, {agg_sql} OVER (ORDER BY i ROWS BETWEEN {frame} AND CURRENT ROW) FROM w ORDER BY i"
@@ -815,7 +889,7 @@ def test_einsum_agg_as_window_function_shares_states_safely(con, frame):
         for i, out in rows:
             lo = 0 if frame.startswith("UNBOUNDED") else max(0, i - 3)
             want = ref(lo, i)
-            np.testing.assert_allclose(unblob(out, "float64", want.shape), want, rtol=1e-12)
+            assert_close(unblob(out, "float64", want.shape), want, "float64", tol(lo, i))
 
 
 def test_aggregates_multithreaded_many_groups(con):
@@ -847,7 +921,7 @@ def test_aggregates_multithreaded_many_groups(con):
     want_imin = np.full((n_groups, 2), np.iinfo(np.int64).max)
     np.minimum.at(want_imin, g, ivals)
     for gg, s, m, mi, si, _cnt in rows:
-        np.testing.assert_allclose(unblob(s, "float64", (3,)), want_sum[gg])
+        np.testing.assert_array_equal(unblob(s, "float64", (3,)), want_sum[gg])  # sums of small integers
         np.testing.assert_array_equal(unblob(m, "float64", (3,)), want_max[gg])
         np.testing.assert_array_equal(unblob(mi, "int64", (2,)), want_imin[gg])
         np.testing.assert_array_equal(unblob(si, "int64", (2,)), want_isum[gg])
@@ -984,7 +1058,7 @@ def test_einsum_block_matmul_in_sql(con):
     c = np.zeros((6, 4))
     for i, k, t in rows:
         c[i * bs : (i + 1) * bs, k * bs : (k + 1) * bs] = unblob(t, "float64", (2, 2))
-    np.testing.assert_allclose(c, a @ b)
+    tolerance.assert_einsum_close(c, "ij,jk->ik", a, b)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -1035,47 +1109,62 @@ GEMM_CASES = [
 @pytest.mark.parametrize(
     ("spec", "sizes"), GEMM_CASES, ids=[f"{s}-{i}" for i, (s, _) in enumerate(GEMM_CASES)]
 )
-def test_einsum_gemm_paths(scon, spec, sizes, dtype):
+def test_einsum_gemm_paths(gcon, spec, sizes, dtype):
     rng = np.random.default_rng(abs(hash((spec, dtype, tuple(sizes.items())))) % 2**32)
     lhs, _ = spec.split("->")
     lx, ly = lhs.split(",")
     x = rand(shape_for(lx, sizes), dtype, rng)
     y = rand(shape_for(ly, sizes), dtype, rng)
     want = einsum_ref(spec, "multiply", "sum", dtype, x, y)
-    got = unblob(sql_einsum(scon, spec, "multiply", "sum", dtype, x, y), dtype, want.shape)
-    assert_close(got, want, dtype)
+    got = unblob(sql_einsum(gcon, spec, "multiply", "sum", dtype, x, y), dtype, want.shape)
+    assert_close(got, want, dtype, einsum_tol("sum", dtype, (spec, "multiply", x, y)))
     # fused over three rows of one group: the sum of three products
     xs = [x, rand(x.shape, dtype, rng), rand(x.shape, dtype, rng)]
     ys = [y, rand(y.shape, dtype, rng), rand(y.shape, dtype, rng)]
     rows = [(blob(a), list(a.shape), blob(b), list(b.shape)) for a, b in zip(xs, ys, strict=True)]
-    got2 = scon.execute(
+    got2 = gcon.execute(
         "SELECT tensor_einsum_agg(?, 'multiply', 'sum', ?, x, xs, y, ys) FROM "
         "(SELECT unnest(?::STRUCT(x BLOB, xs BIGINT[], y BLOB, ys BIGINT[])[], recursive := true))",
         [spec, dtype, [dict(zip(["x", "xs", "y", "ys"], r, strict=True)) for r in rows]],
     ).fetchone()[0]
     want2 = sum(einsum_ref(spec, "multiply", "sum", dtype, a, b) for a, b in zip(xs, ys, strict=True))
-    assert_close(unblob(got2, dtype, want.shape), np.asarray(want2, dtype=np_dtype(dtype)), dtype)
+    tol2 = einsum_tol("sum", dtype, *[(spec, "multiply", a, b) for a, b in zip(xs, ys, strict=True)])
+    assert_close(unblob(got2, dtype, want.shape), np.asarray(want2, dtype=np_dtype(dtype)), dtype, tol2)
 
 
-def _agg_table(con, dtype: str, rng: np.random.Generator) -> None:
-    """Table g (group), x, xs, y, ys: 'ab,bc->ac' rows with ragged b extents; group 2 only has NULL x."""
+def _agg_table(con, dtype: str, rng: np.random.Generator) -> dict[int, list[tuple[np.ndarray, np.ndarray]]]:
+    """Table g (group), x, xs, y, ys: 'ab,bc->ac' rows with ragged b extents; group 2 only has NULL x.
+    Returns each non-empty group's (x, y) pairs."""
     con.execute("CREATE OR REPLACE TABLE t (g INTEGER, x BLOB, xs BIGINT[], y BLOB, ys BIGINT[])")
-    rows = []
+    rows, pairs = [], {}
     for g, ks in [(0, [3, 1, 2]), (1, [4]), (3, [2, 2, 2, 2, 5])]:
         for k in ks:
             x = rand((2, k), dtype, rng, positive=True)
             y = rand((k, 3), dtype, rng, positive=True)
             rows.append((g, blob(x), [2, k], blob(y), [k, 3]))
+            pairs.setdefault(g, []).append((x, y))
     rows.append((2, None, [2, 2], blob(rand((2, 3), dtype, rng)), [2, 3]))
     con.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?)", rows)
+    return pairs
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("join", JOINS)
 @pytest.mark.parametrize("agg", AGGS)
 def test_einsum_agg_matches_unfused(con, dtype, join, agg):
+    _check_agg_matches_unfused(con, dtype, join, agg)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_einsum_agg_multiply_sum_matches_unfused_on_every_kernel_path(kernel_path, dtype):
+    con = duckdb_connect(kernel_path)
+    _check_agg_matches_unfused(con, dtype, "multiply", "sum")
+    con.close()
+
+
+def _check_agg_matches_unfused(con, dtype, join, agg):
     rng = np.random.default_rng(7)
-    _agg_table(con, dtype, rng)
+    pairs = _agg_table(con, dtype, rng)
     args = f"'ab,bc->ac', '{join}', '{agg}', '{dtype}', x, xs, y, ys"
     fused_q = f"SELECT g, tensor_einsum_agg({args}) FROM t GROUP BY g ORDER BY g"
     unfused_q = f"SELECT g, tensor_{agg}(tensor_einsum({args}), '{dtype}') FROM t GROUP BY g ORDER BY g"
@@ -1094,8 +1183,9 @@ def test_einsum_agg_matches_unfused(con, dtype, join, agg):
         got, want = unblob(a, dtype, (2, 3)), unblob(b, dtype, (2, 3))
         if dtype.startswith("int") or (join in ("max", "min") and agg in ("max", "min")):
             np.testing.assert_array_equal(got, want)
-        else:
-            np.testing.assert_allclose(got, want, rtol=1e-3 if dtype in ("float32", "complex64") else 1e-9)
+        else:  # both sides computed in dtype: the tolerance covers each one's rounding
+            tol = einsum_tol(agg, dtype, *[("ab,bc->ac", join, x, y) for x, y in pairs[g]])
+            assert_close(got, want, dtype, tol)
 
 
 def test_einsum_agg_empty_input_is_null(scon):
@@ -1129,11 +1219,10 @@ def test_einsum_agg_errors(con):
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex64"])
-def test_gemm_threaded_split(ext_path, threads, dtype):
+def test_gemm_threaded_split(ext_path, kernel_path, threads, dtype):
     """Blocks big enough that a call splits its GEMM over several threads: by rows, by columns when C is
     wider than tall (also with B transposed, and in the swapped orientation C^T = Y^T X^T), by batches."""
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
-    udf_kernels.load(c)
+    c = duckdb_connect(kernel_path, threads=threads)
     rng = np.random.default_rng(threads)
     cases = [
         ("ab,bc->ac", (300, 200), (200, 250)),
@@ -1146,18 +1235,8 @@ def test_gemm_threaded_split(ext_path, threads, dtype):
         x, y = rand(sx, dtype, rng), rand(sy, dtype, rng)
         want = einsum_ref(spec, "multiply", "sum", dtype, x, y)
         got = unblob(sql_einsum(c, spec, "multiply", "sum", dtype, x, y), dtype, want.shape)
-        if dtype.startswith("int"):
-            np.testing.assert_array_equal(got, want)
-        else:
-            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
+        assert_close(got, want, dtype, einsum_tol("sum", dtype, (spec, "multiply", x, y)))
     c.close()
-
-
-def _assert_gemm_close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
-    if dtype.startswith("int"):
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-2)
 
 
 TILED_CASES = [
@@ -1172,10 +1251,9 @@ TILED_CASES = [
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "complex128"])
-def test_gemm_tiled_scatter(ext_path, threads, dtype):
+def test_gemm_tiled_scatter(ext_path, kernel_path, threads, dtype):
     """Outputs large enough that C is formed tile by tile and scattered into Z (scalar and fused agg)."""
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
-    udf_kernels.load(c)
+    c = duckdb_connect(kernel_path, threads=threads)
     rng = np.random.default_rng(11)
     for spec, sizes in TILED_CASES:
         lhs, _ = spec.split("->")
@@ -1184,8 +1262,9 @@ def test_gemm_tiled_scatter(ext_path, threads, dtype):
         ys = [rand(shape_for(ly, sizes), dtype, rng) for _ in range(2)]
         want = einsum_ref(spec, "multiply", "sum", dtype, xs[0], ys[0])
         got = unblob(sql_einsum(c, spec, "multiply", "sum", dtype, xs[0], ys[0]), dtype, want.shape)
-        _assert_gemm_close(got, want, dtype)
+        assert_close(got, want, dtype, einsum_tol("sum", dtype, (spec, "multiply", xs[0], ys[0])))
         want2 = want + einsum_ref(spec, "multiply", "sum", dtype, xs[1], ys[1])
+        tol2 = einsum_tol("sum", dtype, *[(spec, "multiply", x, y) for x, y in zip(xs, ys, strict=True)])
         c.execute("CREATE OR REPLACE TABLE t (x BLOB, y BLOB)")
         pairs = [(blob(x), blob(y)) for x, y in zip(xs, ys, strict=True)]
         c.executemany("INSERT INTO t VALUES (?, ?)", pairs)
@@ -1193,15 +1272,14 @@ def test_gemm_tiled_scatter(ext_path, threads, dtype):
             "SELECT tensor_einsum_agg(?, 'multiply', 'sum', ?, x, ?::BIGINT[], y, ?::BIGINT[]) FROM t",
             [spec, dtype, list(xs[0].shape), list(ys[0].shape)],
         ).fetchone()
-        _assert_gemm_close(unblob(row[0], dtype, want.shape), want2, dtype)
+        assert_close(unblob(row[0], dtype, want.shape), want2, dtype, tol2)
     c.close()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int64"])
-def test_einsum_agg_parallel_groups(ext_path, dtype):
+def test_einsum_agg_parallel_groups(ext_path, kernel_path, dtype):
     """Many groups of large GEMM rows in one chunk: groups spread over the pool, a group's rows in order."""
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": "2"})
-    udf_kernels.load(c)
+    c = duckdb_connect(kernel_path, threads=2)
     rng = np.random.default_rng(5)
     n, groups, per = 160, 6, 3
     data = [[(rand((n, n), dtype, rng), rand((n, n), dtype, rng)) for _ in range(per)] for _ in range(groups)]
@@ -1215,20 +1293,20 @@ def test_einsum_agg_parallel_groups(ext_path, dtype):
     assert [g for g, _ in got] == list(range(groups))
     for g, z in got:
         want = sum(einsum_ref("ab,bc->ac", "multiply", "sum", dtype, x, y) for x, y in data[g])
-        _assert_gemm_close(unblob(z, dtype, (n, n)), want, dtype)
+        tol = einsum_tol("sum", dtype, *[("ab,bc->ac", "multiply", x, y) for x, y in data[g]])
+        assert_close(unblob(z, dtype, (n, n)), want, dtype, tol)
     c.close()
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_einsum_agg_mixed_layouts_in_group(ext_path, threads):
+def test_einsum_agg_mixed_layouts_in_group(ext_path, kernel_path, threads):
     """A group mixing an interleaved-output GEMM (accumulated in its GEMM layout), a direct GEMM and a
     non-GEMM join with the same output shape; also over row groups so that states are combined."""
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true", "threads": str(threads)})
-    udf_kernels.load(c)
+    c = duckdb_connect(kernel_path, threads=threads)
     rng = np.random.default_rng(8)
     sz = {"a": 30, "b": 40, "k": 7, "c": 25, "d": 20}
     specs = [("abk,kcd->acbd", "multiply"), ("acbk,kd->acbd", "multiply"), ("acbd,acbd->acbd", "add")]
-    rows, want = [], {}
+    rows, want, terms = [], {}, {}
     for rep in range(3):
         for g in range(2):
             for spec, join in specs[rep:] + specs[:rep]:
@@ -1236,6 +1314,7 @@ def test_einsum_agg_mixed_layouts_in_group(ext_path, threads):
                 x, y = rand(shape_for(lx, sz), "float64", rng), rand(shape_for(ly, sz), "float64", rng)
                 ref = einsum_ref(spec, join, "sum", "float64", x, y)
                 want[g] = want.get(g, 0) + ref
+                terms.setdefault(g, []).append((spec, join, x, y))
                 rows.append((g, spec, join, blob(x), list(x.shape), blob(y), list(y.shape)))
     c.execute("CREATE TABLE t (g INTEGER, spec VARCHAR, j VARCHAR, x BLOB, xs BIGINT[], y BLOB, ys BIGINT[])")
     c.executemany("INSERT INTO t VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
@@ -1243,7 +1322,8 @@ def test_einsum_agg_mixed_layouts_in_group(ext_path, threads):
         "SELECT g, tensor_einsum_agg(spec, j, 'sum', 'float64', x, xs, y, ys) FROM t GROUP BY g ORDER BY g"
     ).fetchall()
     for g, z in got:
-        np.testing.assert_allclose(unblob(z, "float64", want[g].shape), want[g], rtol=1e-9, atol=1e-9)
+        tol = einsum_tol("sum", "float64", *terms[g])
+        assert_close(unblob(z, "float64", want[g].shape), want[g], "float64", tol)
     c.close()
 
 
@@ -1281,9 +1361,10 @@ def test_einsum_agg_tokens_returned(ext_path):
     c.execute("CREATE TABLE t (g INTEGER, x BLOB)")
     c.executemany("INSERT INTO t VALUES (?, ?)", [(0, blob(x)) for x in xs])
     want = sum(x @ x for x in xs)
+    tol = einsum_tol("sum", "float64", *[("ab,bc->ac", "multiply", x, x) for x in xs])
     shape = f"[{n}, {n}]"
     q = f"SELECT tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', x, {shape}, x, {shape}) FROM t"
     for _ in range(4):
         (z,) = c.execute(q).fetchone()
-        np.testing.assert_allclose(unblob(z, "float64", (n, n)), want, rtol=1e-9)
+        assert_close(unblob(z, "float64", (n, n)), want, "float64", tol)
     c.close()

@@ -1,17 +1,21 @@
 """float32 block products on packed operands (udf_kernels/src/pgemm.cpp): the fused aggregate packs each
-block once per chunk and reuses it; every layout and ragged edge must match numpy."""
+block once per chunk and reuses it; every layout and ragged edge must match numpy, on every kernel path
+(``kernel_path``: the packed kernel, OpenBLAS, the generic loop)."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
-
-import tensorsql as ts
+from kernel_paths import connect
+from tolerance import assert_close, assert_einsum_close, einsum_reference, einsum_tolerance
 
 
 @pytest.fixture(scope="module", params=[1, 2])
-def s(request):
-    sess = ts.connect(threads=request.param)
+def s(request, kernel_path):
+    sess = connect(kernel_path, threads=request.param)
+    assert sess.execute("SELECT tensorsql_kernel_path()")[0][0] == kernel_path
     yield sess
     sess.close()
 
@@ -36,16 +40,22 @@ def test_packed_products_match_numpy(s, spec, shapes, blocks):
     sizes = {lab: n for term, sh in zip(lhs, shapes, strict=True) for lab, n in zip(term, sh, strict=True)}
     parts = {lab: -(-sizes[lab] // b) for lab, b in zip("ijk", blocks, strict=True)}
     got = s.einsum(spec, x, y, blocks=parts).numpy()
-    want = np.einsum(spec, x.astype(np.float64), y.astype(np.float64))
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * np.sqrt(sizes["j"]))
+    assert_einsum_close(got, spec, x, y)
+
+
+@functools.cache
+def _big_product():
+    """The operands, reference and tolerance of the test below, computed once for all its runs."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((512, 4096)).astype(np.float32)
+    b = rng.standard_normal((4096, 4096)).astype(np.float32)  # 256 blocks of 256 KiB: 64 MiB
+    return a, b, einsum_reference("ij,jk->ik", a, b), einsum_tolerance("ij,jk->ik", a, b)
 
 
 def test_many_reused_blocks_beyond_the_cache(s):
     """More distinct B blocks than a thread keeps packed (32 MiB): the rest are packed per use."""
-    rng = np.random.default_rng(1)
-    a = rng.standard_normal((512, 4096)).astype(np.float32)
-    b = rng.standard_normal((4096, 4096)).astype(np.float32)  # 256 blocks of 256 KiB: 64 MiB
+    a, b, want, tol = _big_product()
     ra = s.from_numpy(a, block_shape=(256, 256))
     rb = s.from_numpy(b, block_shape=(256, 256))
     got = s.einsum("ij,jk->ik", ra, rb, strategy="operands").numpy()
-    np.testing.assert_allclose(got, a.astype(np.float64) @ b, rtol=1e-3, atol=2e-3 * np.sqrt(4096))
+    assert_close(got, want, tol)

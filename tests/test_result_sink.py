@@ -8,6 +8,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
+from tolerance import assert_einsum_close
 
 import tensorsql as ts
 from udf_kernels import sink as udf_sink
@@ -44,11 +45,7 @@ def test_matmul_through_the_sink(s, dtype, a_blocks, b_blocks, fn):
     assert fn + "(" in _sink_sql(rel)
     got = rel.numpy()
     assert got.flags.c_contiguous and got.flags.writeable and got.flags.owndata
-    want = a @ b
-    if np.dtype(dtype).kind == "i":
-        np.testing.assert_array_equal(got, want)
-    else:
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
+    assert_einsum_close(got, "ij,jk->ik", a, b)  # integers exactly
 
 
 @pytest.mark.parametrize(
@@ -69,7 +66,7 @@ def test_contractions_through_the_sink_match_numpy(s, spec, shapes, blocks):
     opts = {} if blocks is None else {"blocks": {lhs[0][0]: blocks}}
     rel = s.einsum(spec, *ops, **opts)
     got = rel.numpy()
-    np.testing.assert_allclose(got, np.einsum(spec, *ops), rtol=1e-10, atol=1e-10)
+    assert_einsum_close(got, spec, *ops)
     assert got.flags.c_contiguous
 
 
@@ -186,7 +183,7 @@ def test_concurrent_sessions_write_their_own_results():
             with ts.connect(threads=2) as sess:
                 for _ in range(5):
                     got = sess.einsum("ij,jk->ik", a * seed, b, blocks={"i": 2, "j": 2}).numpy()
-                    np.testing.assert_allclose(got, (a * seed) @ b, rtol=1e-10, atol=1e-9)
+                    assert_einsum_close(got, "ij,jk->ik", a * seed, b)
         except BaseException as exc:
             errors.append(exc)
 
@@ -237,9 +234,9 @@ def test_single_block_sides_pair_by_position(s):
     ra = s.from_numpy(a, block_shape=(20, 40))
     rel = s.einsum("ij,jk->ik", ra, s.from_numpy(b), strategy="operands")
     assert "POSITIONAL JOIN" in rel.sql()
-    np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-12, atol=1e-12)
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
     chained = s.einsum("ik,kl->il", rel, s.from_numpy(c), strategy="operands")
-    np.testing.assert_allclose(chained.numpy(), a @ b @ c, rtol=1e-10, atol=1e-10)
+    assert_einsum_close(chained.numpy(), "ij,jk,kl->il", a, b, c)
 
     sparse, dense = _sparse(s, a, (20, 40), [(0, 0), (2, 0)])  # the middle row panel is absent
     for strategy in ("operands", "eindecomp"):
@@ -248,17 +245,16 @@ def test_single_block_sides_pair_by_position(s):
         if strategy == "operands":  # the second step pairs a computed side: padded where a block is absent
             assert step2.sql().count("POSITIONAL JOIN") == 2 and 'NOT "tensor" IS NULL' in step2.sql()
         want = dense @ b @ c
-        np.testing.assert_allclose(step2.numpy(), want, rtol=1e-10, atol=1e-10)
+        assert_einsum_close(step2.numpy(), "ij,jk,kl->il", dense, b, c)
         table = step2.to_arrow()
         assert table.column("tensor").null_count == 0 and table.column("k0").null_count == 0
         from tensorsql.backends import arrow as B
 
-        np.testing.assert_allclose(
-            B.assemble(table, want.shape, step2.block_shape, "float64"), want, atol=1e-10
-        )
+        got = B.assemble(table, want.shape, step2.block_shape, "float64")
+        assert_einsum_close(got, "ij,jk,kl->il", dense, b, c)
         saved = step2.save("sparse_chain", replace=True)
-        np.testing.assert_allclose(saved.numpy(), want, rtol=1e-10, atol=1e-10)
-        np.testing.assert_allclose(step2.reblock(block_shape=(7, 9)).numpy(), want, rtol=1e-10, atol=1e-10)
+        assert_einsum_close(saved.numpy(), "ij,jk,kl->il", dense, b, c)
+        assert_einsum_close(step2.reblock(block_shape=(7, 9)).numpy(), "ij,jk,kl->il", dense, b, c)
 
 
 def test_an_absent_single_block_reads_as_zeros(s):
@@ -269,7 +265,7 @@ def test_an_absent_single_block_reads_as_zeros(s):
     assert "POSITIONAL JOIN" in rel.sql()
     np.testing.assert_array_equal(rel.numpy(), np.zeros((60, 10)))
     diag = s.einsum("ii,ij->ij", s.from_numpy(a[:40, :40], block_shape=(20, 20)), s.from_numpy(a[:40, :30]))
-    np.testing.assert_allclose(diag.numpy(), np.einsum("ii,ij->ij", a[:40, :40], a[:40, :30]), atol=1e-12)
+    assert_einsum_close(diag.numpy(), "ii,ij->ij", a[:40, :40], a[:40, :30])
 
 
 def test_one_block_sides_pair_side_by_side(s):
@@ -280,7 +276,7 @@ def test_one_block_sides_pair_side_by_side(s):
     rel = s.einsum("ij,jk->ik", s.from_numpy(a), s.from_numpy(b), strategy="none")
     sql = rel.sql(pretty=False)
     assert "POSITIONAL JOIN" in sql and " JOIN " not in sql.replace("POSITIONAL JOIN", "")
-    np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-12)
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
     empty, _ = _sparse(s, b, (20, 10), [])
     for rel in (
         s.einsum("ij,jk->ik", s.from_numpy(a), empty, strategy="none"),
@@ -299,7 +295,7 @@ def test_a_plan_run_again_is_prepared_once(s):
     a, b = rng.standard_normal((50, 40)), rng.standard_normal((40, 30))
     rel = s.einsum("ij,jk->ik", a, b)
     for _ in range(3):
-        np.testing.assert_allclose(rel.numpy(), a @ b, rtol=1e-12, atol=1e-12)
+        assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
     name = s.executor._statements[rel.plan()].prepared
     assert name is not None
     prepared = [

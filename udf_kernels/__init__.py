@@ -23,10 +23,27 @@ from typing import Any
 
 from udf_kernels._errors import KernelBuildError, KernelLoadError
 
-__all__ = ["SQL_FUNCTIONS", "KernelBuildError", "KernelLoadError", "extension_path", "load"]
+__all__ = [
+    "KERNEL_PATHS",
+    "KERNEL_PATH_ENV",
+    "SQL_FUNCTIONS",
+    "KernelBuildError",
+    "KernelLoadError",
+    "extension_path",
+    "load",
+]
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 EXTENSION_FILE = "tensorsql_kernels.duckdb_extension"
+
+#: The environment variable that selects the float32 GEMM path, read when the extension is loaded into a
+#: database (every new DuckDB database reads it again; a second LOAD into the same database does not).
+KERNEL_PATH_ENV = "TENSORSQL_KERNEL_PATH"
+#: Its values: ``auto`` (the default: ``avx512`` when the CPU has AVX-512F/DQ/VL and FMA, else ``openblas``),
+#: ``avx512`` (the packed AVX-512 kernel; loading fails on a CPU without it), ``openblas`` (never the packed
+#: kernel) and ``generic`` (no BLAS and no packed kernel: portable loops for every dtype, a reference path).
+#: An invalid value makes loading fail with :class:`KernelLoadError`.
+KERNEL_PATHS = ("auto", "avx512", "openblas", "generic")
 
 #: Every SQL function the extension registers: name -> signature and one-line description.
 #: tests/test_function_table.py checks it against what DuckDB lists for the loaded extension, both ways.
@@ -108,6 +125,11 @@ SQL_FUNCTIONS: dict[str, str] = {
         "tensorsql_db_token() -> BIGINT: the random token of this database's kernel state, to cancel its "
         "kernels and read their progress through the C ABI (udf_kernels.control)"
     ),
+    "tensorsql_kernel_path": (
+        "tensorsql_kernel_path() -> VARCHAR: the float32 GEMM path of this database "
+        f"(avx512|openblas|generic), chosen by {KERNEL_PATH_ENV} (auto|avx512|openblas|generic, "
+        "default auto) when the extension was loaded into it"
+    ),
     "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",
     "tensor_max": "tensor_max(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise max (real dtypes)",
     "tensor_min": "tensor_min(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise min (real dtypes)",
@@ -165,8 +187,9 @@ def load(con: Any) -> Path:
     try:
         con.execute("LOAD " + _sql_string(str(path))).fetchall()
     except duckdb.Error as exc:
-        raise KernelLoadError(
-            f"could not load {path}: {exc} (the DuckDB connection must be created with "
-            "config={'allow_unsigned_extensions': 'true'})"
-        ) from exc
+        hint = ""
+        if "signature" in str(exc) or "unsigned" in str(exc):
+            hint = " (the DuckDB connection must be created with config={'allow_unsigned_extensions': "
+            hint += "'true'})"
+        raise KernelLoadError(f"could not load {path}: {exc}{hint}") from exc
     return path

@@ -283,7 +283,7 @@ namespace {
 // scratch of one call: tensor_einsum returns it as a blob, tensor_einsum_into writes it into a result sink.
 class RowProduct {
 public:
-	explicit RowProduct(ThreadBudget *budget) : budget_(budget) {
+	explicit RowProduct(ThreadBudget *budget) : budget_(budget), scratch_(kernel_path_of(budget)) {
 	}
 	// Plans row r's product (args holds its shapes); returns the output block's shape.
 	const Shape &plan(const EinsumArgs &args, const EinsumArgs::Row &r, const char *fn) {
@@ -606,7 +606,7 @@ bool packed_gemm(const GemmRow &w, const EinsumAggState &st, ThreadBudget *budge
 
 void run_gemm_row(const GemmRow &w, ThreadBudget *budget, GemmScratch &scratch, AlignedBuf &xa, AlignedBuf &ya,
                   PackCache *packs = nullptr) {
-	if (packs != nullptr && packed_gemm(w, *w.st, budget)) {
+	if (packs != nullptr && scratch.path == KernelPath::Avx512 && packed_gemm(w, *w.st, budget)) {
 		const Contraction &c = *w.c;
 		// A = X and B = Y, or A = Y^T and B = X^T (swap); the cache is keyed by blob so X's copy is reused
 		const float *pa = c.swap ? packs->get(w.yb, c, true, false, ya) : packs->get(w.xb, c, true, true, xa);
@@ -729,7 +729,7 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	}
 	if (!parallel) {
 		held.release(); // each GEMM below takes its own tokens
-		GemmScratch scratch;
+		GemmScratch scratch(kernel_path_of(budget));
 		scratch.control = control_of(budget);
 		AlignedBuf xa, ya;
 		PackCache packs;
@@ -742,7 +742,7 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	std::vector<std::exception_ptr> errors(static_cast<size_t>(got));
 	budget->run(got, [&](int t) {
 		try {
-			GemmScratch scratch;
+			GemmScratch scratch(budget->path());
 			scratch.control = control_of(budget);
 			AlignedBuf xa, ya;
 			// This thread owns whole groups, so their rows may run in any order: rows that share an X block

@@ -42,6 +42,9 @@ bool register_path_functions(duckdb_connection con, const std::shared_ptr<Thread
 // aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack.
 bool register_aggregates(duckdb_connection con);
 
+// kernel_path.cpp: the database's kernel path (TENSORSQL_KERNEL_PATH at load); registered with the budget.
+void tensorsql_kernel_path(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+
 } // namespace tsk
 
 namespace tsk {

@@ -358,12 +358,76 @@ const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf) {
 	return dst;
 }
 
-// float32 products with a short K and operands of modest size go to the packed kernel (pgemm.hpp).
-bool packed_small_k(int64_t m, int64_t n, int64_t k) {
+// float32 products with a short K and operands of modest size go to the packed kernel (pgemm.hpp), on the
+// avx512 kernel path only.
+bool packed_small_k(int64_t m, int64_t n, int64_t k, KernelPath path) {
 	if (k > 256 || m < 16 || n < 16 || (m + n) * k > (int64_t(8) << 20)) {
 		return false;
 	}
-	return pgemm::supported();
+	return path == KernelPath::Avx512;
+}
+
+template <class T>
+inline T mul_add(T acc, T a, T b) {
+	if constexpr (is_complex_v<T>) {
+		return T(acc.real() + (a.real() * b.real() - a.imag() * b.imag()),
+		         acc.imag() + (a.real() * b.imag() + a.imag() * b.real()));
+	} else {
+		return acc + a * b;
+	}
+}
+
+// The generic kernel path's float and complex GEMM (TENSORSQL_KERNEL_PATH=generic): portable C++, no BLAS and
+// no packed kernel, a reference for the other paths. C (m x n, row stride ldc, unit column stride) (+)= A * B
+// with A element (i, p) at a[i*sar + p*sac] and B element (p, j) at b[p*sbr + j*sbc].
+template <class T>
+void gemm_generic(const T *a, int64_t sar, int64_t sac, const T *b, int64_t sbr, int64_t sbc, T *cc, int64_t m,
+                  int64_t n, int64_t k, int64_t ldc, bool beta1) {
+	if (!beta1) {
+		for (int64_t i = 0; i < m; i++) {
+			std::fill(cc + i * ldc, cc + i * ldc + n, T(0));
+		}
+	}
+	if (sbc != 1 && sbr == 1 && n > 1) {
+		// B stored column-major: one dot product per element, reading B's columns in order
+		for (int64_t i = 0; i < m; i++) {
+			const T *arow = a + i * sar;
+			for (int64_t j = 0; j < n; j++) {
+				const T *bcol = b + j * sbc;
+				T acc = T(0);
+				for (int64_t p = 0; p < k; p++) {
+					acc = mul_add(acc, arow[p * sac], bcol[p]);
+				}
+				cc[i * ldc + j] += acc;
+			}
+		}
+		return;
+	}
+	// i-k-j over cache-sized blocks of K and of C's columns
+	constexpr int64_t KB = 128, NB = 512;
+	for (int64_t j0 = 0; j0 < n; j0 += NB) {
+		const int64_t jn = std::min<int64_t>(NB, n - j0);
+		for (int64_t k0 = 0; k0 < k; k0 += KB) {
+			const int64_t kn = std::min<int64_t>(KB, k - k0);
+			for (int64_t i = 0; i < m; i++) {
+				T *crow = cc + i * ldc + j0;
+				const T *arow = a + i * sar;
+				for (int64_t p = k0; p < k0 + kn; p++) {
+					const T av = arow[p * sac];
+					const T *brow = b + p * sbr + j0 * sbc;
+					if (sbc == 1) {
+						for (int64_t j = 0; j < jn; j++) {
+							crow[j] = mul_add(crow[j], av, brow[j]);
+						}
+					} else {
+						for (int64_t j = 0; j < jn; j++) {
+							crow[j] = mul_add(crow[j], av, brow[j * sbc]);
+						}
+					}
+				}
+			}
+		}
+	}
 }
 
 inline CBLAS_TRANSPOSE tr(bool t) {
@@ -372,16 +436,23 @@ inline CBLAS_TRANSPOSE tr(bool t) {
 
 // C (m x n, row stride ldc, unit col stride) (+)= A (m x k) * B (k x n): a = A's first row, Bm = B's first
 // column, with the strides/transposition of c.a and c.b and k = c.k.
+// `path`: the database's kernel path, which decides between BLAS, the packed kernel and the generic loop.
 template <class T>
 void gemm_raw(const Contraction &c, const T *a, const T *Bm, T *cc, int64_t m64, int64_t n64, int64_t ldc64,
-              bool beta1) {
+              bool beta1, KernelPath path) {
 	const int m = static_cast<int>(m64), n = static_cast<int>(n64), k = static_cast<int>(c.k);
 	if (m <= 0 || n <= 0) {
 		return;
 	}
+	if constexpr (std::is_floating_point_v<T> || is_complex_v<T>) {
+		if (path == KernelPath::Generic) {
+			gemm_generic<T>(a, c.a.sr, c.a.sc, Bm, c.b.sr, c.b.sc, cc, m64, n64, c.k, ldc64, beta1);
+			return;
+		}
+	}
 	const int lda = static_cast<int>(c.a.ld), ldb = static_cast<int>(c.b.ld), ldc = static_cast<int>(ldc64);
 	if constexpr (std::is_same_v<T, float>) {
-		if (packed_small_k(m64, n64, c.k)) {
+		if (packed_small_k(m64, n64, c.k, path)) {
 			// OpenBLAS first scales C by beta (a memset for beta = 0): with a short K that extra pass over C
 			// is 15-30% of the product. The packed kernel writes C once.
 			AlignedBuf pa, pb;
@@ -452,7 +523,7 @@ constexpr int64_t kStepK = 256;
 // panel packs B again, so those stay big), and returns between steps when cancelled, C left partial.
 template <class T>
 void gemm_steps(const Contraction &c, const T *A, const T *Bm, T *C, int64_t m, int64_t n, int64_t ldc, bool beta1,
-                Meter &meter) {
+                Meter &meter, KernelPath path) {
 	if (meter.stop()) {
 		return;
 	}
@@ -476,7 +547,7 @@ void gemm_steps(const Contraction &c, const T *A, const T *Bm, T *C, int64_t m, 
 		}
 	}
 	if (!part) {
-		gemm_raw<T>(c, A, Bm, C, m, n, ldc, beta1);
+		gemm_raw<T>(c, A, Bm, C, m, n, ldc, beta1, path);
 		meter.add(per_k * static_cast<double>(c.k));
 		return;
 	}
@@ -490,7 +561,7 @@ void gemm_steps(const Contraction &c, const T *A, const T *Bm, T *C, int64_t m, 
 			const int64_t p0 = c.k * s / ksteps;
 			part->k = c.k * (s + 1) / ksteps - p0;
 			gemm_raw<T>(*part, A + r0 * c.a.sr + p0 * c.a.sc, Bm + p0 * c.b.sr, C + r0 * ldc, rows, n, ldc,
-			            beta1 || s > 0);
+			            beta1 || s > 0, path);
 			meter.add(2.0 * static_cast<double>(rows) * static_cast<double>(n) * static_cast<double>(part->k));
 		}
 	}
@@ -499,14 +570,14 @@ void gemm_steps(const Contraction &c, const T *A, const T *Bm, T *C, int64_t m, 
 // C (+)= A * B for one batch, rows [r0, r1) of C (row stride c.cr).
 template <class T>
 void gemm_rows(const Contraction &c, const T *A, const T *Bm, T *C, int64_t r0, int64_t r1, bool beta1,
-               Meter &meter) {
-	gemm_steps<T>(c, A + r0 * c.a.sr, Bm, C + r0 * c.cr, r1 - r0, c.n, c.cr, beta1, meter);
+               Meter &meter, KernelPath path) {
+	gemm_steps<T>(c, A + r0 * c.a.sr, Bm, C + r0 * c.cr, r1 - r0, c.n, c.cr, beta1, meter, path);
 }
 
 // Tiles [t0, t1) of a tiled pack_c contraction: each C tile is formed in `buf` and scattered into z.
 template <class T>
 void run_tiles(const Contraction &c, const T *A, const T *Bm, T *z, bool accumulate, int64_t t0, int64_t t1,
-               AlignedBuf &buf, Meter &meter) {
+               AlignedBuf &buf, Meter &meter, KernelPath path) {
 	const int64_t per_b = c.mt.count * c.nt.count;
 	T *tile = reinterpret_cast<T *>(buf.resize(static_cast<size_t>(c.mt.rows * c.nt.rows) * sizeof(T)));
 	std::vector<int64_t> bs(c.bt.sizes.size() + 1), bl(bs.size()), ms(c.mt.sizes.size() + 1), ml(ms.size()),
@@ -529,7 +600,7 @@ void run_tiles(const Contraction &c, const T *A, const T *Bm, T *z, bool accumul
 			mstr[i] = mr * nr;
 			mr *= ml[i];
 		}
-		gemm_raw<T>(c, A + bi * c.a.sb + m0 * c.a.sr, Bm + bi * c.b.sb + n0 * c.b.sc, tile, mr, nr, nr, false);
+		gemm_raw<T>(c, A + bi * c.a.sb + m0 * c.a.sr, Bm + bi * c.b.sb + n0 * c.b.sc, tile, mr, nr, nr, false, path);
 		meter.add(2.0 * static_cast<double>(mr) * static_cast<double>(nr) * static_cast<double>(c.k));
 		int64_t zoff = 0;
 		for (size_t i = 0; i < c.zlabels.size(); i++) {
@@ -587,6 +658,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		}
 		return;
 	}
+	const KernelPath path = s.path;
 	Control *ctl = s.control != nullptr ? s.control : control_of(budget);
 	if (ctl != nullptr) {
 		ctl->check("contraction");
@@ -608,7 +680,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		Lease lease {budget, got};
 		if (got <= 1 || tiles <= 1) {
 			Meter meter(ctl);
-			run_tiles<T>(c, A, Bm, z, accumulate, 0, tiles, s.c, meter);
+			run_tiles<T>(c, A, Bm, z, accumulate, 0, tiles, s.c, meter, path);
 		} else {
 			const int t = static_cast<int>(std::min<int64_t>(got, tiles));
 			std::vector<std::exception_ptr> errors(static_cast<size_t>(t));
@@ -617,7 +689,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 					AlignedBuf own;
 					Meter meter(ctl);
 					run_tiles<T>(c, A, Bm, z, accumulate, tiles * i / t, tiles * (i + 1) / t, i == 0 ? s.c : own,
-					             meter);
+					             meter, path);
 				} catch (...) {
 					errors[static_cast<size_t>(i)] = std::current_exception();
 				}
@@ -643,7 +715,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
 			Meter meter(ctl);
 			for (int64_t bi = b0; bi < b1; bi++) {
-				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1, meter);
+				gemm_rows<T>(c, A + bi * c.a.sb, Bm + bi * c.b.sb, C + bi * c.cb, 0, c.m, beta1, meter, path);
 			}
 		});
 	} else if (c.m >= c.n || !(std::is_floating_point_v<T> || is_complex_v<T>)) {
@@ -651,7 +723,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		const int64_t panels = (c.m + 15) / 16;
 		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
 			Meter meter(ctl);
-			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1, meter);
+			gemm_rows<T>(c, A, Bm, C, p0 * 16, std::min<int64_t>(p1 * 16, c.m), beta1, meter, path);
 		});
 	} else {
 		// wide C (M < N): split its columns instead, so each thread packs its part of B and only the
@@ -660,7 +732,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 		parallel_chunks(budget, got, panels, [&](int64_t p0, int64_t p1) {
 			const int64_t n0 = p0 * 16, n1 = std::min<int64_t>(p1 * 16, c.n);
 			Meter meter(ctl);
-			gemm_steps<T>(c, A, Bm + n0 * c.b.sc, C + n0, c.m, n1 - n0, c.cr, beta1, meter);
+			gemm_steps<T>(c, A, Bm + n0 * c.b.sc, C + n0, c.m, n1 - n0, c.cr, beta1, meter, path);
 		});
 	}
 	check(ctl, "contraction");

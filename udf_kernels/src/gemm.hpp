@@ -8,12 +8,14 @@
 // packed once into a contiguous [B, rows, cols] copy (the same pass takes diagonals of repeated labels and
 // sums private labels). Z decides the orientation: C = A*B with A = X, B = Y when N is Z's unit-stride group,
 // C^T = Y^T X^T when M is; only when neither is possible is the product formed in a scratch buffer and added
-// into Z. Float and complex dtypes call OpenBLAS (scipy-openblas32, single-threaded per call); integers use a
-// cache-blocked native loop with wrapping arithmetic.
+// into Z. Float and complex dtypes call OpenBLAS (scipy-openblas32, single-threaded per call), float32 with a
+// short K the packed AVX-512 kernel (pgemm.hpp), as the database's kernel path allows (kernel_path.hpp; the
+// generic path uses a portable loop instead); integers use a cache-blocked native loop with wrapping arithmetic.
 #pragma once
 
 #include "control.hpp"
 #include "dtype.hpp"
+#include "kernel_path.hpp"
 #include "spec.hpp"
 
 #include <algorithm>
@@ -36,9 +38,13 @@ namespace tsk {
 // tokens runs g-1 tasks there; since helper tasks in flight never exceed the tokens held beyond one per call,
 // a task never waits for a busy worker for long, and the caller itself runs any task no worker has taken yet,
 // so a job always completes even when no worker thread could be started.
+//
+// It also carries the database's GEMM path (TENSORSQL_KERNEL_PATH at load time, kernel_path.hpp): fixed at
+// construction, so every thread reads it without locking.
 class ThreadBudget {
 public:
-	explicit ThreadBudget(int total) : total_(total < 1 ? 1 : total), free_(total_) {
+	explicit ThreadBudget(int total, KernelPath path = auto_kernel_path())
+	    : total_(total < 1 ? 1 : total), free_(total_), path_(path) {
 	}
 	ThreadBudget(const ThreadBudget &) = delete;
 	ThreadBudget &operator=(const ThreadBudget &) = delete;
@@ -58,6 +64,9 @@ public:
 	// The database's cancellation flag and progress counters (control.hpp).
 	Control &control() {
 		return control_;
+	}
+	KernelPath path() const {
+		return path_;
 	}
 	// Blocks until a token is free; returns how many were granted, in [1, want].
 	int acquire(int want) {
@@ -176,6 +185,7 @@ private:
 	std::condition_variable cv_;
 	int total_;
 	int free_;
+	const KernelPath path_;
 
 	std::mutex pool_mu_;
 	std::condition_variable pool_cv_;
@@ -190,6 +200,11 @@ using BudgetPtr = std::shared_ptr<ThreadBudget>;
 
 inline Control *control_of(ThreadBudget *budget) {
 	return budget != nullptr ? &budget->control() : nullptr;
+}
+
+// The GEMM path of the database whose budget this is (auto's choice without a budget).
+inline KernelPath kernel_path_of(const ThreadBudget *budget) {
+	return budget != nullptr ? budget->path() : auto_kernel_path();
 }
 
 // How one operand enters the GEMM: in place with strides (batch, row, col), or packed first.
@@ -243,7 +258,12 @@ struct Contraction {
 Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys, size_t itemsize, bool integer,
                              const char *fn);
 
+// A GEMM caller's working buffers, and its database's kernel path (ThreadBudget::path(), kernel_path.hpp):
+// contract() takes the path from here, since the budget it is given may be null (a single-threaded GEMM).
 struct GemmScratch {
+	explicit GemmScratch(KernelPath kernel_path) : path(kernel_path) {
+	}
+	KernelPath path;
 	AlignedBuf a, b, c;
 	// Where contract() checks for cancellation and counts its work when it is called without a budget (a
 	// single-threaded GEMM of a threaded caller); with a budget, the budget's Control.

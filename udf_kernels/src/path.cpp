@@ -120,7 +120,7 @@ class PathRunner {
 public:
 	PathRunner(duckdb_data_chunk input, idx_t first, ThreadBudget *budget)
 	    : prog_c_(input, first), dtype_c_(input, first + 1), shapes_c_(input, first + 2), first_blob_(first + 3),
-	      budget_(budget) {
+	      budget_(budget), scratch_(kernel_path_of(budget)) {
 		const idx_t cols = duckdb_data_chunk_get_column_count(input);
 		for (idx_t c = first_blob_; c < cols; c++) {
 			blobs_.emplace_back(input, c);

@@ -2,8 +2,10 @@
 #define DUCKDB_EXTENSION_NAME tensorsql_kernels
 #include "functions.hpp"
 #include "gemm.hpp"
+#include "kernel_path.hpp"
 #include "sink.hpp"
 
+#include <cstdlib>
 #include <thread>
 
 #include <initializer_list>
@@ -104,16 +106,16 @@ bool register_sources(duckdb_connection con) {
 	return ok;
 }
 
-bool register_all(duckdb_connection con) {
+bool register_all(duckdb_connection con, KernelPath path) {
 	using T = Ty;
 	blas_single_threaded();
-	auto budget = std::make_shared<ThreadBudget>(database_threads(con));
+	auto budget = std::make_shared<ThreadBudget>(database_threads(con), path);
 	if (!register_einsum_functions(con, budget) || !register_path_functions(con, budget) ||
 	    !add_budgeted_scalar(con, "tensorsql_db_token", {}, T::BigInt, tensorsql_db_token, budget, false)) {
 		return false;
 	}
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
-	bool ok = true;
+	bool ok = add_budgeted_scalar(con, "tensorsql_kernel_path", {}, V, tensorsql_kernel_path, budget, false);
 	ok = ok && add_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1);
 	ok = ok && add_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast);
 	ok = ok && add_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros);
@@ -149,7 +151,14 @@ bool register_all(duckdb_connection con) {
 DUCKDB_EXTENSION_ENTRYPOINT(duckdb_connection connection, duckdb_extension_info info,
                             struct duckdb_extension_access *access) {
 	try {
-		if (!tsk::register_all(connection)) {
+		// the database's kernel path, read once here: an invalid value makes the LOAD fail
+		tsk::KernelPath path = tsk::KernelPath::Generic;
+		std::string error;
+		if (!tsk::parse_kernel_path(std::getenv(tsk::kKernelPathEnv), path, error)) {
+			access->set_error(info, error.c_str());
+			return false;
+		}
+		if (!tsk::register_all(connection, path)) {
 			access->set_error(info, "tensorsql_kernels: failed to register a function");
 			return false;
 		}

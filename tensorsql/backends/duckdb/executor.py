@@ -119,7 +119,7 @@ class DuckDBExecutor:
             raise wrap_connect(exc, self.database) from exc
         try:
             self.kernels = udf_kernels.load(self.con)
-        except (udf_kernels.KernelBuildError, duckdb.Error, OSError) as exc:
+        except (udf_kernels.KernelBuildError, udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
             self.con.close()
             raise ExtensionError(f"cannot load the tensorsql kernel extension: {exc}") from exc
         self.read_only = read_only
