@@ -58,10 +58,10 @@ class _Statement:
     """The executor's state for one plan: operand bindings, generated text, prepared statement."""
 
     views: list[str | None]
-    slots: list[object | None]
+    slots: list[udf_sink.Slot | None]
     #: (flops, weighted flops) of the plan: whether it runs as a long query (``longrun``)
     work: tuple[float, float]
-    sink_slot: object | None = None
+    sink_slot: udf_sink.Slot | None = None
     #: the result has one blob label per dimension (a result sink can hold it)
     sinkable: bool = True
     text: dict[str, str] = field(default_factory=dict)
@@ -323,7 +323,7 @@ class DuckDBExecutor:
             try:
                 if st.sink_slot is not None:
                     try:
-                        st.sink_slot.set(out, writable=True)  # type: ignore[attr-defined]
+                        st.sink_slot.set(out, writable=True)
                     except ValueError:
                         return False
                     _blocks, elements = self._run(st, lambda: self._run_sink(st, plan, None))
@@ -341,7 +341,7 @@ class DuckDBExecutor:
                 raise wrap(exc, "einsum") from exc
             finally:
                 if st.sink_slot is not None:
-                    st.sink_slot.clear()  # type: ignore[attr-defined]
+                    st.sink_slot.clear()
                 self._unbind(st)
         return elements == out.size
 
@@ -397,7 +397,7 @@ class DuckDBExecutor:
 
     def _sink_text(self, st: _Statement, plan: Plan) -> str:
         if "sink" not in st.text:
-            key = st.sink_slot.key if st.sink_slot is not None else None  # type: ignore[attr-defined]
+            key = st.sink_slot.key if st.sink_slot is not None else None
             ast = sqlgen.to_sink_ast(plan.tra, key=key, bind=self._binder(st, plan))
             st.text["sink"] = sqlgen.sql_text(ast)
         return st.text["sink"]
@@ -415,7 +415,7 @@ class DuckDBExecutor:
         if st is not None:
             return st
         views: list[str | None] = []
-        slots: list[object | None] = []
+        slots: list[udf_sink.Slot | None] = []
         lend = self._slots_available()
         uid = next(_ids)
         for k, op in enumerate(plan.operands):
@@ -472,7 +472,7 @@ class DuckDBExecutor:
                     log.warning("tensorsql: could not unregister view %s: %s", view, exc)
         for slot in st.slots:
             if slot is not None:
-                slot.clear()  # type: ignore[attr-defined]
+                slot.clear()
 
 
 def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:
