@@ -194,7 +194,7 @@ def section_a(repeat: int, quick: bool) -> None:
     rng = np.random.default_rng(1)
     a, b = _rand((n, n), "float32", rng), _rand((n, n), "float32", rng)
     planned = s.einsum("ij,jk->ik", a, b)
-    blocks = [planned.plan().info.input_blocks[id(x)] for x in planned.node.inputs]
+    blocks = [planned.plan().block_shape(x) for x in planned.plan().operands]
     s.from_numpy(a, block_shape=blocks[0]).save("bench_pa", replace=True)
     s.from_numpy(b, block_shape=blocks[1]).save("bench_pb", replace=True)
     rel = s.einsum("ij,jk->ik", s.table("bench_pa"), s.table("bench_pb"))

@@ -68,7 +68,7 @@ class TensorRelation:
         A big contraction whose output interleaves its operands' labels comes back as a transposed view of
         its GEMM-ordered result, like numpy's own contractions; every other result is C-contiguous.
         """
-        return self.session.value(self.plan(), self.bindings)
+        return self.session.value(self.plan(), self.bindings, keep=True)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:
         arr = self.numpy()
@@ -76,7 +76,7 @@ class TensorRelation:
 
     def to_arrow(self) -> pa.Table:
         """Key columns and the ``tensor`` blob column, with dtype/shape/block_shape in schema metadata."""
-        table = self.session.executor.run_arrow(self.plan(), self.bindings)
+        table = self.session.executor.run_arrow(self.plan(), self.bindings, keep=True)
         return table.replace_schema_metadata(arrow.metadata(self.shape, self.block_shape, self.node.dtype))
 
     def save(self, name: str, *, replace: bool = False) -> TensorRelation:

@@ -93,9 +93,15 @@ class Session:
         return explain(plan, self.executor.text(plan))
 
     def value(
-        self, plan: Plan, bindings: dict[E.Operand, np.ndarray], *, gemm_order: bool = True
+        self,
+        plan: Plan,
+        bindings: dict[E.Operand, np.ndarray],
+        *,
+        gemm_order: bool = True,
+        keep: bool = False,
     ) -> np.ndarray:
         """The plan's result as an array, the kernels writing its blocks into it (a result sink) if they can.
+        ``keep`` leaves the operands uploaded for the next run with the same arrays (a relation's).
 
         A big contraction whose output interleaves its operands' labels comes back as a transposed view of its
         GEMM-ordered result (``compile.in_gemm_order``), like numpy's own contractions.
@@ -110,9 +116,9 @@ class Session:
                 plan, perm = reordered
                 root = plan.root
         out = np.empty(root.shape, dtype=DTYPES[root.dtype])
-        if not (self.result_sink and self.executor.run_into(plan, bindings, out)):
+        if not (self.result_sink and self.executor.run_into(plan, bindings, out, keep=keep)):
             out = arrow.assemble(
-                self.executor.run_arrow(plan, bindings), root.shape, plan.block_shape(), root.dtype
+                self.executor.run_arrow(plan, bindings, keep=keep), root.shape, plan.block_shape(), root.dtype
             )
         return out if perm is None else out.transpose(perm)
 

@@ -212,7 +212,7 @@ def test_temporary_tables_are_dropped_with_their_relation(s):
     import gc
 
     def temps() -> int:
-        return s.executor.con.execute("SELECT COUNT(*) FROM duckdb_tables() WHERE temporary").fetchone()[0]
+        return s.executor.con.execute("SELECT COUNT(*) FROM duckdb_tables() WHERE temporary").fetchall()[0][0]
 
     before = temps()
     rels = [s.from_sql("SELECT 0, 1, 2.5", shape=(3, 3)) for _ in range(5)]
@@ -221,3 +221,32 @@ def test_temporary_tables_are_dropped_with_their_relation(s):
     del rels
     gc.collect()
     assert temps() == before
+
+
+def test_a_relation_keeps_its_uploads_between_runs(s):
+    import gc
+
+    a, b = RNG.standard_normal((600, 500)), RNG.standard_normal((500, 400))  # over 1 MiB: Arrow views
+    rel = s.einsum("ij,jk->ik", a, b)
+    plan = rel.plan()
+    first = rel.numpy()
+    st = s.executor._statements[plan]
+    names = [v for v in st.views if v is not None]
+    assert names and all(x is not None for x in st.bound)
+    for _ in range(2):
+        np.testing.assert_array_equal(rel.numpy(), first)
+    assert st.prepared is not None  # prepared from the second run: its views stayed registered
+    assert_einsum_close(first, "ij,jk->ik", a, b)
+    # the same plan on other arrays (what a cache hit does): registered anew, the prepared statement dropped
+    x, y = RNG.standard_normal((600, 500)), RNG.standard_normal((500, 400))
+    assert_einsum_close(s.value(plan, dict(zip(plan.operands, [x, y], strict=True))), "ij,jk->ik", x, y)
+    assert st.prepared is None
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
+
+    def registered() -> set[str]:
+        rows = s.executor.con.execute("SELECT view_name FROM duckdb_views()").fetchall()
+        return {r[0] for r in rows}
+
+    del rel, plan, st
+    gc.collect()
+    assert not set(names) & registered()

@@ -65,6 +65,8 @@ class _Statement:
     #: the result has one blob label per dimension (a result sink can hold it)
     sinkable: bool = True
     text: dict[str, str] = field(default_factory=dict)
+    #: the array each operand's view or slot holds now (kept between runs of a relation: ``keep``)
+    bound: list[np.ndarray | None] = field(default_factory=list)
     runs: int = 0
     prepared: str | None = None
     unpreparable: bool = False
@@ -279,7 +281,9 @@ class DuckDBExecutor:
             )
         return st.text[key]
 
-    def run_arrow(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray]) -> pa.Table:
+    def run_arrow(
+        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], *, keep: bool = False
+    ) -> pa.Table:
         """The plan's result as an Arrow table of (k0.., tensor) rows.
 
         A small result (up to SMALL_RESULT_BYTES) is fetched as rows: DuckDB's relation API binds a query once
@@ -297,14 +301,16 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, "einsum") from exc
             finally:
-                self._unbind(st)
+                self._unbind(st, keep)
         cols = {
             name: pa.array([r[j] for r in rows], pa.binary() if name == "tensor" else pa.int32())
             for j, name in enumerate(names)
         }
         return pa.table(cols)
 
-    def run_into(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray) -> bool:
+    def run_into(
+        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False
+    ) -> bool:
         """Runs the plan with its result written by the kernels straight into ``out`` (a result sink): no
         DuckDB blob, Arrow buffer or assembly copy. False when sinks are unavailable, the kernels refuse the
         array, or not every element was written (absent blocks of a sparse stored input): the caller then goes
@@ -342,7 +348,7 @@ class DuckDBExecutor:
             finally:
                 if st.sink_slot is not None:
                     st.sink_slot.clear()
-                self._unbind(st)
+                self._unbind(st, keep)
         return elements == out.size
 
     def _run(self, st: _Statement, fn: Callable[[], _T]) -> _T:
@@ -364,14 +370,15 @@ class DuckDBExecutor:
         )
 
     def _run_sink(self, st: _Statement, plan: Plan, key: int | None) -> tuple[int, int]:
-        """Runs the plan's sink statement: as text on its first run, prepared from its second on (only when it
-        has no view operands: re-registering a view under a prepared statement forces a rebind). A prepared
-        statement that no longer binds (a table it reads was replaced) is dropped and the text run."""
+        """Runs the plan's sink statement: as text on its first run, prepared from its second on. A view
+        operand registered anew drops the prepared statement for good (``_bind``: a prepared plan may still
+        scan the old table); one that no longer binds (a table it reads was replaced) is dropped, and the text
+        runs."""
         text = self._sink_text(st, plan)
         params = [] if key is None else [key]
         st.runs += 1
         if st.prepared is None:
-            if st.runs < 2 or st.unpreparable or any(v is not None for v in st.views):
+            if st.runs < 2 or st.unpreparable:
                 return self.con.execute(text, params).fetchall()[0]
             name = f"_ts_stmt_{next(_ids)}"
             try:
@@ -386,9 +393,7 @@ class DuckDBExecutor:
             run = st.text["execute"] if key is None else statements.execute(st.prepared, key)
             return self.con.execute(run).fetchall()[0]
         except duckdb.Error:
-            name, st.prepared = st.prepared, None
-            st.unpreparable = True
-            _deallocate(weakref.ref(self), name)
+            self._forget_prepared(st)
             return self.con.execute(text, params).fetchall()[0]
 
     def sink_text(self, plan: Plan) -> str:
@@ -432,7 +437,11 @@ class DuckDBExecutor:
         st = _Statement(
             views, slots, longrun.plan_work(plan.root), sink_slot, sinkable=len(set(blob)) == len(blob)
         )
+        st.bound = [None] * len(views)
         self._statements[plan] = st
+        names = [v for v in views if v is not None]
+        if names:  # views kept registered between a relation's runs go with its plan
+            weakref.finalize(plan, _unregister, weakref.ref(self), names)
         return st
 
     def _binder(self, st: _Statement, plan: Plan) -> sqlgen.Bind:
@@ -457,15 +466,24 @@ class DuckDBExecutor:
                     f"operand {op.name!r} needs an array of shape {op.shape} and dtype {op.dtype}, "
                     f"got {arr.shape} {arr.dtype}"
                 )
+            if st.bound[k] is arr:  # kept from the relation's last run
+                continue
             view = st.views[k]
             if view is not None:
+                if st.prepared is not None:  # a prepared plan may hold the old view's scan: never reuse it
+                    self._forget_prepared(st)
                 self.con.register(view, arrow.split(arr, plan.block_shape(op), op.dtype, copy=False))
             else:
                 st.slots[k].set(np.ascontiguousarray(arr))  # type: ignore[union-attr]
+            st.bound[k] = arr
 
-    def _unbind(self, st: _Statement) -> None:
-        for view in st.views:
-            if view is not None:
+    def _unbind(self, st: _Statement, keep: bool = False) -> None:
+        """Releases the operands after a run; ``keep`` leaves them bound for the next run with the same arrays
+        (a lazy relation run again reads its uploaded views and lent slots as they are)."""
+        if keep:
+            return
+        for k, view in enumerate(st.views):
+            if view is not None and st.bound[k] is not None:
                 try:
                     self.con.unregister(view)
                 except duckdb.Error as exc:
@@ -473,6 +491,13 @@ class DuckDBExecutor:
         for slot in st.slots:
             if slot is not None:
                 slot.clear()
+        st.bound = [None] * len(st.views)
+
+    def _forget_prepared(self, st: _Statement) -> None:
+        name, st.prepared = st.prepared, None
+        st.unpreparable = True
+        if name is not None:
+            _deallocate(weakref.ref(self), name)
 
 
 def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:
@@ -484,6 +509,14 @@ def _parsed(text: str) -> exp.Expression:
     """A generated statement's text as a sqlglot node that prints it unchanged (it was generated by sqlglot
     already; parsing it again would cost milliseconds)."""
     return exp.Var(this=text)
+
+
+def _unregister(executor_ref: weakref.ref, names: list[str]) -> None:
+    ex = executor_ref()
+    if ex is None or ex.closed:
+        return
+    for name in names:
+        ex.release(name)
 
 
 def _deallocate(executor_ref: weakref.ref, name: str) -> None:
