@@ -14,6 +14,7 @@ from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
     from tensorsql.compile.plan import Plan
+    from tensorsql.compile.planning import PlanOptions
     from tensorsql.session import Session
 
 
@@ -25,25 +26,25 @@ class TensorRelation:
     (``E.Operand`` leaves) stand for.
     """
 
-    __slots__ = ("__weakref__", "_plan", "_plan_options", "bindings", "node", "session")
+    __slots__ = ("__weakref__", "_plan", "bindings", "node", "options", "session")
 
     def __init__(
         self,
         session: Session,
         node: E.Node,
         bindings: dict[E.Operand, np.ndarray] | None = None,
-        plan_options: dict | None = None,
+        options: PlanOptions | None = None,
     ) -> None:
         self.session = session
         self.node = node
         self.bindings = bindings or {}
-        self._plan_options = plan_options or {}
+        self.options = options
         self._plan: Plan | None = None
 
     def plan(self) -> Plan:
         """The plan this relation runs with (computed once)."""
         if self._plan is None:
-            self._plan = self.session.plan(self.node, **self._plan_options)
+            self._plan = self.session.plan(self.node, self.options)
         return self._plan
 
     @property
@@ -99,7 +100,7 @@ class TensorRelation:
         """The same tensor with another block shape (a repartition done in SQL by slice/assemble)."""
         bs = blocking.resolve_block_shape(self.shape, block_shape, blocks, "reblock")
         node = E.Reblock(shape=self.shape, dtype=self.node.dtype, input=self.node, block_shape=bs)
-        return TensorRelation(self.session, node, self.bindings, dict(self._plan_options))
+        return TensorRelation(self.session, node, self.bindings, self.options)
 
     def __repr__(self) -> str:
         kind = "stored" if isinstance(self.node, E.Source) else "lazy"

@@ -77,16 +77,15 @@ class Session:
         self.close()
 
     # -- planning and running ----------------------------------------------------------------------------
-    def plan(
-        self, node: E.Node, *, strategy: str | None = None, blocks: dict[int, int] | None = None
-    ) -> Plan:
-        """Partition (EinDecomp unless told otherwise), lower to TRA and run the physical passes."""
+    def plan(self, node: E.Node, options: planning.PlanOptions | None = None) -> Plan:
+        """Partition (EinDecomp unless ``options`` say otherwise), lower to TRA, run the physical passes."""
+        opts = options or planning.PlanOptions()
         return C.compile_plan(
             node,
-            strategy=planning.check_strategy(strategy or self.strategy),
+            strategy=opts.strategy or self.strategy,
             workers=self.p,
             profile=self.executor.profile,
-            blocks=blocks,
+            blocks=opts.parts,
         )
 
     def explain(self, plan: Plan) -> str:
@@ -263,8 +262,7 @@ class Session:
         ``copy=False`` borrows their memory instead of copying it (the arrays must not change until the
         relation has been computed).
         """
-        if strategy is not None:
-            planning.check_strategy(strategy)
+        options = planning.PlanOptions(strategy)  # validated here, once
         inputs, output, operands = split_args(args)
         nodes: list[E.Node] = []
         bindings: dict[E.Operand, np.ndarray] = {}
@@ -281,11 +279,12 @@ class Session:
                 nodes.append(leaf)
                 bindings[leaf] = arr
         sub = parse(inputs, output, [n.shape for n in nodes])
-        parts = _label_parts(blocks, sub.sizes) if blocks is not None else None
+        if blocks is not None:
+            options = planning.PlanOptions(strategy, tuple(_label_parts(blocks, sub.sizes).items()))
         node = frontend.build(
             sub, nodes, optimize=optimize, join=join or "multiply", agg=agg or "sum", dtype=dtype
         )
-        return TensorRelation(self, node, bindings, {"strategy": strategy, "blocks": parts})
+        return TensorRelation(self, node, bindings, options)
 
     def map(self, rel: object, fn: str, param: float | None = None) -> TensorRelation:
         """An element-wise function of every element (exp, log, sqrt, relu, neg, abs, pow, scale, ...)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import pathlib
+from dataclasses import dataclass
 
 import planner as P
 from tensorsql.backends.base import EngineProfile
@@ -34,6 +35,23 @@ def check_strategy(strategy: object) -> str:
     if not isinstance(strategy, str) or strategy not in STRATEGIES:
         raise PlanError(f"unknown strategy {strategy!r}; choose one of {', '.join(STRATEGIES)}")
     return strategy
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How a relation asks to be planned, validated once where it is made: a strategy (None: the session's
+    default) and explicit parts per label (``blocks=``, label -> parts)."""
+
+    strategy: str | None = None
+    blocks: tuple[tuple[int, int], ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.strategy is not None:
+            check_strategy(self.strategy)
+
+    @property
+    def parts(self) -> dict[int, int] | None:
+        return dict(self.blocks) if self.blocks else None
 def cost_model_path() -> pathlib.Path:
     env = os.environ.get("TENSORSQL_COST_MODEL")
     if env:
@@ -204,7 +222,6 @@ def plan_blocks(
     re-split. A graph the planner cannot model (a zero-size dimension, more than 52 labels in a step) keeps
     the operands' blocking, with a note; any other planner error is a bug and surfaces.
     """
-    check_strategy(strategy)
     if strategy == "operands":
         return default_partitioning(root), PlanInfo("operands", 0, notes=["blocks follow the operands"])
     try:
@@ -306,6 +323,7 @@ def override_blocks(root: E.Node, parts: dict[int, int]) -> Partitioning:
 
 __all__ = [
     "STRATEGIES",
+    "PlanOptions",
     "check_strategy",
     "cost_model_path",
     "load_cost_model",
