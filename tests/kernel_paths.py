@@ -37,6 +37,11 @@ def cpu_has_avx512() -> bool:
     return cpu_flags() >= AVX512_FLAGS
 
 
+def default_kernel_path() -> str:
+    """What ``auto`` resolves to on this machine."""
+    return "avx512" if cpu_has_avx512() else "openblas"
+
+
 def supported_kernel_paths() -> list[str]:
     """``generic`` and ``openblas`` everywhere, ``avx512`` where the CPU has it."""
     return ["generic", "openblas", *(["avx512"] if cpu_has_avx512() else [])]

@@ -12,7 +12,7 @@ import duckdb
 import numpy as np
 import pytest
 import tolerance
-from kernel_paths import duckdb_connect
+from kernel_paths import default_kernel_path, duckdb_connect, supported_kernel_paths
 from tolerance import elementwise_tolerance, reduction_tolerance
 
 import udf_kernels
@@ -1217,8 +1217,22 @@ def test_einsum_agg_errors(con):
         ).fetchall()
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex64"])
+def _path_cases(dtypes: list[str], threads: list[int]) -> list:
+    """(kernel path, threads, dtype) of the big GEMM tests: every combination on the machine's default
+    path; on the others two threads and the float dtypes (integers use one native loop on every path)."""
+    default = default_kernel_path()
+    return [
+        pytest.param(p, t, d, id=f"{p}-{d}-{t}")
+        for p in supported_kernel_paths()
+        for d in dtypes
+        for t in threads
+        if p == default or (t == 2 and not d.startswith("int"))
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kernel_path", "threads", "dtype"), _path_cases(["float32", "float64", "int64", "complex64"], [1, 2, 3])
+)
 def test_gemm_threaded_split(ext_path, kernel_path, threads, dtype):
     """Blocks big enough that a call splits its GEMM over several threads: by rows, by columns when C is
     wider than tall (also with B transposed, and in the swapped orientation C^T = Y^T X^T), by batches."""
@@ -1249,8 +1263,9 @@ TILED_CASES = [
 ]
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "complex128"])
+@pytest.mark.parametrize(
+    ("kernel_path", "threads", "dtype"), _path_cases(["float32", "float64", "int32", "complex128"], [1, 2])
+)
 def test_gemm_tiled_scatter(ext_path, kernel_path, threads, dtype):
     """Outputs large enough that C is formed tile by tile and scattered into Z (scalar and fused agg)."""
     c = duckdb_connect(kernel_path, threads=threads)
@@ -1276,10 +1291,10 @@ def test_gemm_tiled_scatter(ext_path, kernel_path, threads, dtype):
     c.close()
 
 
-@pytest.mark.parametrize("dtype", ["float32", "int64"])
-def test_einsum_agg_parallel_groups(ext_path, kernel_path, dtype):
+@pytest.mark.parametrize(("kernel_path", "threads", "dtype"), _path_cases(["float32", "int64"], [2]))
+def test_einsum_agg_parallel_groups(ext_path, kernel_path, threads, dtype):
     """Many groups of large GEMM rows in one chunk: groups spread over the pool, a group's rows in order."""
-    c = duckdb_connect(kernel_path, threads=2)
+    c = duckdb_connect(kernel_path, threads=threads)
     rng = np.random.default_rng(5)
     n, groups, per = 160, 6, 3
     data = [[(rand((n, n), dtype, rng), rand((n, n), dtype, rng)) for _ in range(per)] for _ in range(groups)]
@@ -1298,8 +1313,8 @@ def test_einsum_agg_parallel_groups(ext_path, kernel_path, dtype):
     c.close()
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_einsum_agg_mixed_layouts_in_group(ext_path, kernel_path, threads):
+@pytest.mark.parametrize(("kernel_path", "threads", "dtype"), _path_cases(["float64"], [1, 2]))
+def test_einsum_agg_mixed_layouts_in_group(ext_path, kernel_path, threads, dtype):
     """A group mixing an interleaved-output GEMM (accumulated in its GEMM layout), a direct GEMM and a
     non-GEMM join with the same output shape; also over row groups so that states are combined."""
     c = duckdb_connect(kernel_path, threads=threads)
@@ -1311,8 +1326,8 @@ def test_einsum_agg_mixed_layouts_in_group(ext_path, kernel_path, threads):
         for g in range(2):
             for spec, join in specs[rep:] + specs[:rep]:
                 lx, ly = spec.split("->")[0].split(",")
-                x, y = rand(shape_for(lx, sz), "float64", rng), rand(shape_for(ly, sz), "float64", rng)
-                ref = einsum_ref(spec, join, "sum", "float64", x, y)
+                x, y = rand(shape_for(lx, sz), dtype, rng), rand(shape_for(ly, sz), dtype, rng)
+                ref = einsum_ref(spec, join, "sum", dtype, x, y)
                 want[g] = want.get(g, 0) + ref
                 terms.setdefault(g, []).append((spec, join, x, y))
                 rows.append((g, spec, join, blob(x), list(x.shape), blob(y), list(y.shape)))
