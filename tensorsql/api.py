@@ -198,7 +198,7 @@ class ContractExpression:
         self._kw = {"optimize": optimize, "join": join, "agg": agg}
         self._dtype, self._order, self._casting = dtype, order, casting
         self._session = session
-        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype]] = {}
+        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype, bool]] = {}
 
     def __call__(self, *arrays: object, out: np.ndarray | None = None, **_: object) -> object:
         if len(arrays) != self.num_args:
@@ -224,11 +224,11 @@ class ContractExpression:
             carrier = carrier_dtype(final)
             cast = [a.astype(carrier, copy=False) for a in full]
             entry = _entry(s, [self.subscripts, *cast], None, **self._kw)
-            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier))
-        entry, final, carrier, cdt = found
+            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier), carrier == final.name)
+        entry, final, carrier, cdt, same = found
         cast = [a if a.dtype == cdt else a.astype(cdt) for a in full]
         res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
-        if out is None and self._order == "K" and carrier == final.name:
+        if same and out is None and self._order == "K":
             return res[()] if res.ndim == 0 else res
         return _finish(res, final, carrier, self._order, out, self._casting)
 

@@ -61,6 +61,9 @@ class _Statement:
     slots: list[udf_sink.Slot | None]
     #: (flops, weighted flops) of the plan: whether it runs as a long query (``longrun``)
     work: tuple[float, float]
+    #: what each operand's array must be: (shape, dtype)
+    wants: list[tuple[tuple[int, ...], np.dtype]] = field(default_factory=list)
+    long: bool = False
     sink_slot: udf_sink.Slot | None = None
     #: the result has one blob label per dimension (a result sink can hold it)
     sinkable: bool = True
@@ -355,9 +358,9 @@ class DuckDBExecutor:
         """Runs ``fn`` (a query of the statement's plan) here when the plan is short; else on a worker thread
         (``longrun.run_long``), so Ctrl-C stops it promptly (DuckDB's interrupt and the kernels' cancellation
         flag) and a progress bar follows the kernels' finished flops. Called with the lock held."""
-        flops, weighted = st.work
-        if not longrun.is_long(weighted, self._workers):
+        if not st.long:
             return longrun.run_direct(fn)
+        flops = st.work[0]
         if self._token is None:
             self._token = udf_control.db_token(self.con)
         return longrun.run_long(
@@ -438,6 +441,8 @@ class DuckDBExecutor:
             views, slots, longrun.plan_work(plan.root), sink_slot, sinkable=len(set(blob)) == len(blob)
         )
         st.bound = [None] * len(views)
+        st.wants = [(op.shape, DTYPES[op.dtype]) for op in plan.operands]
+        st.long = longrun.is_long(st.work[1], self._workers)
         self._statements[plan] = st
         names = [v for v in views if v is not None]
         if names:  # views kept registered between a relation's runs go with its plan
@@ -461,7 +466,8 @@ class DuckDBExecutor:
             arr = bindings.get(op)
             if arr is None:
                 raise ShapeError(f"operand {op.name!r} has no array bound to it")
-            if arr.shape != op.shape or arr.dtype != DTYPES[op.dtype]:
+            shape, dtype = st.wants[k]
+            if arr.shape != shape or arr.dtype != dtype:
                 raise ShapeError(
                     f"operand {op.name!r} needs an array of shape {op.shape} and dtype {op.dtype}, "
                     f"got {arr.shape} {arr.dtype}"
@@ -474,7 +480,7 @@ class DuckDBExecutor:
                     self._forget_prepared(st)
                 self.con.register(view, arrow.split(arr, plan.block_shape(op), op.dtype, copy=False))
             else:
-                st.slots[k].set(np.ascontiguousarray(arr))  # type: ignore[union-attr]
+                st.slots[k].set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))  # type: ignore[union-attr]
             st.bound[k] = arr
 
     def _unbind(self, st: _Statement, keep: bool = False) -> None:
