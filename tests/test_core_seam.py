@@ -250,3 +250,17 @@ def test_a_relation_keeps_its_uploads_between_runs(s):
     del rel, plan, st
     gc.collect()
     assert not set(names) & registered()
+
+
+def test_a_small_call_runs_one_prepared_statement_over_slots(s):
+    """The small-call path: operands lent through slots, the result through the sink slot, one prepared
+    statement with no parameter and no FROM."""
+    a, b = RNG.standard_normal((8, 6)), RNG.standard_normal((6, 4))
+    rel = s.einsum("ij,jk->ik", a, b)
+    for _ in range(3):
+        assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
+    st = s.executor._statements[rel.plan()]
+    assert st.views == [None, None] and all(slot is not None for slot in st.slots)
+    assert st.sink_slot is not None and st.prepared is not None
+    text = s.executor.sink_text(rel.plan())
+    assert "tensor_source(" in text and " FROM " not in text and "?" not in text

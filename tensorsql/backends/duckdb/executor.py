@@ -438,7 +438,11 @@ class DuckDBExecutor:
         sink_slot = udf_sink.Slot(self.kernels) if lend else None
         blob = plan.tra.schema.blob
         st = _Statement(
-            views, slots, longrun.plan_work(plan.root), sink_slot, sinkable=len(set(blob)) == len(blob)
+            views=views,
+            slots=slots,
+            work=longrun.plan_work(plan.root),
+            sink_slot=sink_slot,
+            sinkable=len(set(blob)) == len(blob),
         )
         st.bound = [None] * len(views)
         st.wants = [(op.shape, DTYPES[op.dtype]) for op in plan.operands]
