@@ -210,12 +210,7 @@ class Session:
 
         Duplicate coordinates are summed (COO semantics); coordinates that are not given are zero.
         """
-        try:
-            shape = tuple(operator.index(n) for n in shape)
-        except TypeError as exc:
-            raise ShapeError(f"from_sql: shape={shape!r} is not a sequence of ints") from exc
-        if any(n < 0 for n in shape):
-            raise ShapeError(f"from_sql: shape {shape} has a negative dimension")
+        shape = _shape(shape, "from_sql")
         name = dtype_name(dtype)
         bs = resolve_block_shape(shape, block_shape, blocks, "from_sql")
         table = self.executor.ingest_rows(query, shape, bs, name)  # type: ignore[attr-defined]
@@ -233,12 +228,7 @@ class Session:
         self, shape: Sequence[int], dtype: object = "float64", name: str | None = None
     ) -> TensorRelation:
         """An array operand to be given later: build a lazy graph over placeholders and ``compile`` it."""
-        try:
-            shp = tuple(operator.index(n) for n in shape)
-        except TypeError as exc:
-            raise ShapeError(f"placeholder: shape={shape!r} is not a sequence of ints") from exc
-        if any(n < 0 for n in shp):
-            raise ShapeError(f"placeholder: shape {shp} has a negative dimension")
+        shp = _shape(shape, "placeholder")
         node = E.Operand(shape=shp, dtype=dtype_name(dtype), name=name or "placeholder")
         return TensorRelation(self, node)
 
@@ -351,6 +341,17 @@ class Compiled:
             for plan, bound in zip(self._plans, self._bound, strict=True)
         ]
         return results[0] if self._single else tuple(results)
+
+
+def _shape(shape: object, what: str) -> tuple[int, ...]:
+    """A user's shape as a tuple of non-negative ints, or a ShapeError naming the call."""
+    try:
+        shp = tuple(operator.index(n) for n in shape)  # type: ignore[attr-defined]
+    except TypeError as exc:
+        raise ShapeError(f"{what}: shape={shape!r} is not a sequence of ints") from exc
+    if any(n < 0 for n in shp):
+        raise ShapeError(f"{what}: shape {shp} has a negative dimension")
+    return shp
 
 
 def as_array(value: object, what: str) -> np.ndarray:

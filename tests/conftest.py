@@ -9,10 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 
+import duckdb
 import pytest
 from kernel_paths import supported_kernel_paths
 
 import tensorsql as ts
+import udf_kernels
 
 
 def _duckdb() -> ts.Session:
@@ -52,3 +54,12 @@ def kernel_path(request: pytest.FixtureRequest) -> str:
     """A test (and the module-scoped fixtures it uses) runs once per float32 GEMM kernel path this machine
     supports; make sessions and connections on it with kernel_paths.connect / kernel_paths.duckdb_connect."""
     return request.param
+
+
+@pytest.fixture(scope="module")
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    """A bare DuckDB connection with the kernel extension loaded (SQL-level kernel tests)."""
+    c = duckdb.connect(config={"allow_unsigned_extensions": "true"})
+    udf_kernels.load(c)
+    yield c
+    c.close()

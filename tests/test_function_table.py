@@ -21,12 +21,6 @@ def _registered(con: duckdb.DuckDBPyConnection) -> set[str]:
     return {name for (name,) in rows if name.startswith(PREFIXES)}
 
 
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    udf_kernels.load(c)
-    yield c
-    c.close()
 
 
 def test_no_such_functions_without_the_extension():

@@ -13,7 +13,6 @@ from equations import NARY_OPTIMIZE_CASES
 from test_result_sink import _sparse
 from tolerance import assert_einsum_close
 
-import udf_kernels
 from tensorsql.compile import fuse, in_gemm_order
 from tensorsql.errors import TensorSQLError
 from tensorsql.ir import tra as T
@@ -182,12 +181,6 @@ def test_the_planner_prefers_one_block_for_small_trees(s, monkeypatch):
 # ---------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    udf_kernels.load(c)
-    yield c
-    c.close()
 
 
 def _call(con, program, shapes, *arrays, dtype="float64"):

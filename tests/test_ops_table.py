@@ -161,12 +161,6 @@ def test_planner_names_agree():
 
 
 # ---- the C++ kernels -----------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def con():
-    c = duckdb.connect(config={"allow_unsigned_extensions": "true"})
-    udf_kernels.load(c)
-    yield c
-    c.close()
 
 
 def _blob(a: np.ndarray) -> bytes:
