@@ -105,6 +105,12 @@ class Session:
         A big contraction whose output interleaves its operands' labels comes back as a transposed view of its
         GEMM-ordered result (``compile.in_gemm_order``), like numpy's own contractions.
         """
+        if not keep and self.result_sink:
+            fast = self.executor.fast(plan)  # a small call's plan, already prepared
+            if fast is not None:
+                res = fast(bindings)
+                if res is not None:
+                    return res
         root = plan.root
         perm = None
         if gemm_order and DTYPES[root.dtype].itemsize * math.prod(root.shape) >= GEMM_ORDER_BYTES:

@@ -264,3 +264,20 @@ def test_a_small_call_runs_one_prepared_statement_over_slots(s):
     assert st.sink_slot is not None and st.prepared is not None
     text = s.executor.sink_text(rel.plan())
     assert "tensor_source(" in text and " FROM " not in text and "?" not in text
+
+
+def test_a_prepared_small_call_takes_the_fast_path(s):
+    expr = ts.contract_expression("ij,jk->ik", (5, 4), (4, 3), session=s)
+    for _ in range(3):  # prepared from the second run on
+        a, b = RNG.standard_normal((5, 4)), RNG.standard_normal((4, 3))
+        assert_einsum_close(expr(a, b), "ij,jk->ik", a, b)
+    (entry, *_) = next(iter(expr._entries.values()))
+    fast = s.executor.fast(entry.plan)
+    assert fast is not None
+    a, b = RNG.standard_normal((5, 4)), RNG.standard_normal((4, 3))
+    assert_einsum_close(fast(dict(zip(entry.plan.operands, [a, b], strict=True))), "ij,jk->ik", a, b)
+    st = s.executor._statements[entry.plan]
+    assert all(slot.array is None for slot in st.slots) and st.sink_slot.array is None  # released
+    with pytest.raises(ts.ShapeError, match="needs an array of shape"):
+        fast(dict(zip(entry.plan.operands, [a.astype(np.float32), b], strict=True)))
+    assert_einsum_close(expr(a.T.copy().T, b), "ij,jk->ik", a, b)  # non-contiguous input works too

@@ -71,6 +71,8 @@ class _Statement:
     #: the array each operand's view or slot holds now (kept between runs of a relation: ``keep``)
     bound: list[np.ndarray | None] = field(default_factory=list)
     runs: int = 0
+    #: the small-call path (``DuckDBExecutor.fast``), made once the statement is prepared
+    fast: Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None = None
     prepared: str | None = None
     unpreparable: bool = False
 
@@ -311,6 +313,21 @@ class DuckDBExecutor:
         }
         return pa.table(cols)
 
+    def fast(self, plan: Plan) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None:
+        """The shortest run of a plan that has become a small call: every operand lent through a slot, the
+        result through the sink slot, the statement prepared (it reads no table, so it stays valid). The
+        returned function binds, executes and releases with nothing else in between, and returns the result
+        (None when not every element was written: the caller then takes the general path). None when the plan
+        is not such a call (yet)."""
+        st = self._statements.get(plan)
+        if st is None or st.prepared is None or st.long or not st.sinkable or st.sink_slot is None:
+            return None
+        if any(v is not None for v in st.views) or any(x is not None for x in st.bound):
+            return None
+        if st.fast is None:
+            st.fast = _fast_call(self, plan, st)
+        return st.fast
+
     def run_into(
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False
     ) -> bool:
@@ -508,6 +525,43 @@ class DuckDBExecutor:
         st.unpreparable = True
         if name is not None:
             _deallocate(weakref.ref(self), name)
+
+
+def _fast_call(
+    ex: DuckDBExecutor, plan: Plan, st: _Statement
+) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None]:
+    """``DuckDBExecutor.fast``'s function for one prepared, slot-only statement."""
+    con, lock, text = ex.con, ex._lock, st.text["execute"]
+    operands, wants = plan.operands, st.wants
+    slots: list[udf_sink.Slot] = [slot for slot in st.slots if slot is not None]
+    sink = st.sink_slot
+    assert sink is not None and len(slots) == len(operands)
+    shape, dtype = plan.root.shape, DTYPES[plan.root.dtype]
+
+    def run(bindings: Mapping[E.Operand, np.ndarray]) -> np.ndarray | None:
+        out = np.empty(shape, dtype=dtype)
+        with lock:
+            try:
+                for op, slot, (want_shape, want_dtype) in zip(operands, slots, wants, strict=True):
+                    arr = bindings[op]
+                    if arr.shape != want_shape or arr.dtype != want_dtype:
+                        raise ShapeError(
+                            f"operand {op.name!r} needs an array of shape {want_shape} and dtype "
+                            f"{want_dtype}, got {arr.shape} {arr.dtype}"
+                        )
+                    slot.set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
+                sink.set(out, writable=True)
+                _blocks, elements = longrun.run_direct(lambda: con.execute(text).fetchall()[0])
+            except duckdb.Error as exc:
+                raise wrap(exc, "einsum") from exc
+            finally:
+                sink.clear()
+                for slot in slots:
+                    slot.clear()
+        return out if elements == out.size else None
+
+    run.plan = plan  # type: ignore[attr-defined]  # keeps the plan, and so its prepared statement, alive
+    return run
 
 
 def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:
