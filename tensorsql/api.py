@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 import threading
 from collections.abc import Hashable, Sequence
 
@@ -186,9 +187,9 @@ class ContractExpression:
                 self.shapes.append(self._constants[i].shape)
                 continue
             try:
-                self.shapes.append(tuple(int(n) for n in shp))  # type: ignore[union-attr]
-            except TypeError as exc:
-                raise EinsumError(f"shape {i} = {shp!r} is not a sequence of ints") from exc
+                self.shapes.append(tuple(operator.index(n) for n in shp))  # type: ignore[union-attr]
+            except (TypeError, ValueError) as exc:
+                raise ShapeError(f"shape {i} = {shp!r} is not a sequence of ints") from exc
         inputs, output, _ = split_args([subscripts, *self.shapes])
         parse(inputs, output, self.shapes)  # the equation and shapes agree, or an EinsumError now
         if order not in ("K", "A", "C", "F"):

@@ -23,7 +23,7 @@ from tensorsql.compile import planning
 from tensorsql.compile.cache import PlanCache
 from tensorsql.compile.plan import Plan, explain
 from tensorsql.dtypes import DTYPES, dtype_name
-from tensorsql.errors import CatalogError, EinsumError, ShapeError, TensorSQLError
+from tensorsql.errors import CatalogError, DTypeError, EinsumError, ShapeError, TensorSQLError
 from tensorsql.frontend import numpy as frontend
 from tensorsql.frontend.subscripts import letter_label, parse, split_args
 from tensorsql.ir import expr as E
@@ -337,7 +337,7 @@ class Compiled:
                 raise ShapeError(f"input {i} ({leaf.name!r}) has shape {arr.shape}, expected {leaf.shape}")
             if arr.dtype.name != leaf.dtype:
                 if not np.can_cast(arr.dtype, DTYPES[leaf.dtype], "same_kind"):
-                    raise ShapeError(
+                    raise DTypeError(
                         f"input {i} ({leaf.name!r}) has dtype {arr.dtype}, expected {leaf.dtype}"
                     )
                 arr = arr.astype(leaf.dtype)

@@ -116,8 +116,12 @@ def test_contract_expression_constants_out_and_errors():
         expr(x, x)
     with pytest.raises(ts.ShapeError, match=r"shape \(3, 5\), but the expression was built for \(4, 5\)"):
         expr(x[:3])
-    with pytest.raises(ts.EinsumError):
+    with pytest.raises(ts.EinsumError, match="label 'j'"):
         ts.contract_expression("ij,jk->ik", (4, 5), (6, 3))
+    with pytest.raises(ts.ShapeError, match="shape 1 = 'ab' is not a sequence of ints"):
+        ts.contract_expression("ij,jk->ik", (4, 5), "ab")
+    with pytest.raises(ts.ShapeError, match=r"shape 0 = \(4.5, 5\) is not a sequence of ints"):
+        ts.contract_expression("ij,jk->ik", (4.5, 5), (5, 3))
 
 
 def test_compile_runs_a_lazy_graph_on_new_inputs(s):
@@ -137,6 +141,8 @@ def test_compile_runs_a_lazy_graph_on_new_inputs(s):
         step(xa)
     with pytest.raises(ts.ShapeError, match="has shape"):
         step(xa[:2], wa)
+    with pytest.raises(ts.DTypeError, match=r"input 0 \('x'\) has dtype complex128, expected float64"):
+        step(xa.astype(complex), wa)
     with pytest.raises(ts.ShapeError, match="must be a placeholder"):
         s.compile(y, inputs=[h])
 
@@ -278,6 +284,8 @@ def test_a_prepared_small_call_takes_the_fast_path(s):
     assert_einsum_close(fast(dict(zip(entry.plan.operands, [a, b], strict=True))), "ij,jk->ik", a, b)
     st = s.executor._statements[entry.plan]
     assert all(slot.array is None for slot in st.slots) and st.sink_slot.array is None  # released
-    with pytest.raises(ts.ShapeError, match="needs an array of shape"):
+    with pytest.raises(ts.DTypeError, match="'operand0' needs an array of dtype float64, got float32"):
         fast(dict(zip(entry.plan.operands, [a.astype(np.float32), b], strict=True)))
+    with pytest.raises(ts.ShapeError, match=r"needs an array of shape \(5, 4\), got \(4, 4\)"):
+        fast(dict(zip(entry.plan.operands, [a[:4], b], strict=True)))
     assert_einsum_close(expr(a.T.copy().T, b), "ij,jk->ik", a, b)  # non-contiguous input works too

@@ -29,12 +29,16 @@ class PlanInfo:
     more_baselines: Callable[[], dict[str, float]] | None = field(default=None, repr=False)
     notes: list[str] = field(default_factory=list)
 
+    def resolve_baselines(self) -> dict[str, float]:
+        """The baselines, computing the deferred ones (once)."""
+        if self.more_baselines is not None:
+            self.baselines = {**self.more_baselines(), **self.baselines}
+            self.more_baselines = None
+        return self.baselines
+
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
-        if state.get("more_baselines") is not None:  # a closure over the planner's graph: not picklable
-            state["baselines"] = {**state["more_baselines"](), **state["baselines"]}
-            state["more_baselines"] = None
-        return state
+        self.resolve_baselines()  # the deferred ones are a closure over the planner's graph: not picklable
+        return dict(self.__dict__)
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,10 +60,7 @@ def describe(info: PlanInfo) -> list[str]:
     lines = [f"strategy={info.strategy} p={info.p}"]
     if info.cost is not None:
         lines[0] += f" modelled cost={info.cost:.4g} {info.unit}"
-    if info.more_baselines is not None:
-        info.baselines = {**info.more_baselines(), **info.baselines}
-        info.more_baselines = None
-    if info.baselines:
+    if info.resolve_baselines():
         lines.append("baselines: " + ", ".join(f"{k}={v:.4g}" for k, v in info.baselines.items()))
     lines += [f"note: {n}" for n in info.notes]
     return lines

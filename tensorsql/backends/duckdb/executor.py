@@ -35,7 +35,7 @@ from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError, ExtensionError, ShapeError, SQLExecutionError
+from tensorsql.errors import ConfigError, DTypeError, ExtensionError, ShapeError, SQLExecutionError
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 from udf_kernels import control as udf_control
@@ -338,36 +338,23 @@ class DuckDBExecutor:
         if out.size == 0:
             return False
         with self._lock:
-            if self._sinks is None:
-                self._sinks = udf_sink.available(self.kernels, self.con)
-            if not self._sinks:
+            if not self._sinks_available():
                 return False
             st = self._statement(plan)
-            if not st.sinkable:
+            sink = st.sink_slot
+            if not st.sinkable or sink is None:
                 return False
             self._bind(st, plan, bindings)
             try:
-                if st.sink_slot is not None:
-                    try:
-                        st.sink_slot.set(out, writable=True)
-                    except ValueError:
-                        return False
-                    _blocks, elements = self._run(st, lambda: self._run_sink(st, plan, None))
-                else:
-                    try:
-                        sink = udf_sink.Sink(self.kernels, out)
-                        key = sink.open()
-                    except ValueError:
-                        return False
-                    try:
-                        _blocks, elements = self._run(st, lambda: self._run_sink(st, plan, key))
-                    finally:
-                        sink.close()
+                try:
+                    sink.set(out, writable=True)
+                except ValueError:  # an array the kernels cannot hold: the caller goes through Arrow
+                    return False
+                _blocks, elements = self._run(st, lambda: self._run_sink(st, plan))
             except duckdb.Error as exc:
                 raise wrap(exc, "einsum") from exc
             finally:
-                if st.sink_slot is not None:
-                    st.sink_slot.clear()
+                sink.clear()
                 self._unbind(st, keep)
         return elements == out.size
 
@@ -389,32 +376,30 @@ class DuckDBExecutor:
             progress=longrun.progress_enabled(self.progress),
         )
 
-    def _run_sink(self, st: _Statement, plan: Plan, key: int | None) -> tuple[int, int]:
+    def _run_sink(self, st: _Statement, plan: Plan) -> tuple[int, int]:
         """Runs the plan's sink statement: as text on its first run, prepared from its second on. A view
         operand registered anew drops the prepared statement for good (``_bind``: a prepared plan may still
         scan the old table); one that no longer binds (a table it reads was replaced) is dropped, and the text
         runs."""
         text = self._sink_text(st, plan)
-        params = [] if key is None else [key]
         st.runs += 1
         if st.prepared is None:
             if st.runs < 2 or st.unpreparable:
-                return self.con.execute(text, params).fetchall()[0]
+                return self.con.execute(text).fetchall()[0]
             name = f"_ts_stmt_{next(_ids)}"
             try:
                 self.con.execute(statements.prepare(name, _parsed(text))).fetchall()
             except duckdb.Error:
                 st.unpreparable = True
-                return self.con.execute(text, params).fetchall()[0]
+                return self.con.execute(text).fetchall()[0]
             st.prepared = name
             st.text["execute"] = statements.execute(name)
             weakref.finalize(plan, _deallocate, weakref.ref(self), name)
         try:
-            run = st.text["execute"] if key is None else statements.execute(st.prepared, key)
-            return self.con.execute(run).fetchall()[0]
+            return self.con.execute(st.text["execute"]).fetchall()[0]
         except duckdb.Error:
             self._forget_prepared(st)
-            return self.con.execute(text, params).fetchall()[0]
+            return self.con.execute(text).fetchall()[0]
 
     def sink_text(self, plan: Plan) -> str:
         """The statement that writes the plan's result into a result sink (generated once per plan)."""
@@ -422,14 +407,15 @@ class DuckDBExecutor:
 
     def _sink_text(self, st: _Statement, plan: Plan) -> str:
         if "sink" not in st.text:
-            key = st.sink_slot.key if st.sink_slot is not None else None
-            ast = sqlgen.to_sink_ast(plan.tra, key=key, bind=self._binder(st, plan))
+            if st.sink_slot is None:
+                raise ExtensionError("the loaded kernels do not see result sinks")
+            ast = sqlgen.to_sink_ast(plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan))
             st.text["sink"] = sqlgen.sql_text(ast)
         return st.text["sink"]
 
     # -- operand bindings ----------------------------------------------------------------------------------
-    def _slots_available(self) -> bool:
-        """Slots share the result sinks' registry: they work where sinks do (checked once)."""
+    def _sinks_available(self) -> bool:
+        """Whether the kernels see sinks and slots registered through the C ABI (checked once)."""
         with self._lock:
             if self._sinks is None:
                 self._sinks = udf_sink.available(self.kernels, self.con)
@@ -441,7 +427,7 @@ class DuckDBExecutor:
             return st
         views: list[str | None] = []
         slots: list[udf_sink.Slot | None] = []
-        lend = self._slots_available()
+        lend = self._sinks_available()
         uid = next(_ids)
         for k, op in enumerate(plan.operands):
             one_block = all(b >= n for b, n in zip(plan.block_shape(op), op.shape, strict=True))
@@ -487,12 +473,7 @@ class DuckDBExecutor:
             arr = bindings.get(op)
             if arr is None:
                 raise ShapeError(f"operand {op.name!r} has no array bound to it")
-            shape, dtype = st.wants[k]
-            if arr.shape != shape or arr.dtype != dtype:
-                raise ShapeError(
-                    f"operand {op.name!r} needs an array of shape {op.shape} and dtype {op.dtype}, "
-                    f"got {arr.shape} {arr.dtype}"
-                )
+            _check_operand(op, arr, st.wants[k])
             if st.bound[k] is arr:  # kept from the relation's last run
                 continue
             view = st.views[k]
@@ -527,6 +508,14 @@ class DuckDBExecutor:
             _deallocate(weakref.ref(self), name)
 
 
+def _check_operand(op: E.Operand, arr: np.ndarray, want: tuple[tuple[int, ...], np.dtype]) -> None:
+    shape, dtype = want
+    if arr.shape != shape:
+        raise ShapeError(f"operand {op.name!r} needs an array of shape {shape}, got {arr.shape}")
+    if arr.dtype != dtype:
+        raise DTypeError(f"operand {op.name!r} needs an array of dtype {dtype}, got {arr.dtype}")
+
+
 def _fast_call(
     ex: DuckDBExecutor, plan: Plan, st: _Statement
 ) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None]:
@@ -542,13 +531,9 @@ def _fast_call(
         out = np.empty(shape, dtype=dtype)
         with lock:
             try:
-                for op, slot, (want_shape, want_dtype) in zip(operands, slots, wants, strict=True):
+                for op, slot, want in zip(operands, slots, wants, strict=True):
                     arr = bindings[op]
-                    if arr.shape != want_shape or arr.dtype != want_dtype:
-                        raise ShapeError(
-                            f"operand {op.name!r} needs an array of shape {want_shape} and dtype "
-                            f"{want_dtype}, got {arr.shape} {arr.dtype}"
-                        )
+                    _check_operand(op, arr, want)
                     slot.set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
                 sink.set(out, writable=True)
                 _blocks, elements = longrun.run_direct(lambda: con.execute(text).fetchall()[0])

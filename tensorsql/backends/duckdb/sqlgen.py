@@ -478,12 +478,10 @@ def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:
     return exp.select().from_(big.table.copy()).join(join, copy=False)
 
 
-def _sink_key(key: int | None) -> exp.Expression:
-    """The sink key: a literal (a reusable slot the executor re-points per run), or the statement's
-    parameter (its text stays the same from one run to the next)."""
-    if key is not None:
-        return exp.Cast(this=lit(key), to=exp.DataType.build("BIGINT"))
-    return exp.Cast(this=exp.Placeholder(), to=exp.DataType.build("BIGINT"))
+def _sink_key(key: int) -> exp.Expression:
+    """The sink's key, a literal: a reusable slot the executor points at each run's result array, so the
+    statement's text stays the same from one run to the next."""
+    return exp.Cast(this=lit(key), to=exp.DataType.build("BIGINT"))
 
 
 def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression:
@@ -491,7 +489,7 @@ def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression
     return array([exp.Mul(this=cols[lab].copy(), expression=lit(schema.blocks[lab])) for lab in schema.blob])
 
 
-def _sink_rows(b: _Builder, root: T.Rel, key: int | None) -> exp.Select:
+def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
     """One row per result block, each block written into the result sink (``written``: its elements).
 
     The root contraction (Positional over a fused Aggregate over a Join) writes from the kernel: as a scalar
@@ -539,11 +537,11 @@ def _row_of(b: _Builder, root: T.Rel) -> Row | None:
 
 
 def to_sink_ast(
-    root: T.Rel, *, key: int | None = None, names: Names | None = None, bind: Bind | None = None
+    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None
 ) -> exp.Select:
-    """The plan as one statement that writes every result block into a result sink (a C-contiguous array
-    the caller registered: ``key``, or the statement's one parameter when None) and returns (blocks,
-    elements) written, for a completeness check."""
+    """The plan as one statement that writes every result block into the result sink ``key`` (a slot the
+    caller points at a C-contiguous array) and returns (blocks, elements) written, for a completeness
+    check."""
     if len(set(root.schema.blob)) != len(root.schema.blob):
         raise TypeError("a result sink needs one blob label per dimension")
     b = _Builder(names, bind)

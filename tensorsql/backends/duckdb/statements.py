@@ -48,6 +48,7 @@ def prepare(name: str, statement: exp.Expression) -> str:
 
 
 def execute(name: str, *args: int) -> str:
+    """``EXECUTE name`` (with literal arguments, for a statement prepared with parameters)."""
     return text(
         Execute(this=exp.to_identifier(name, quoted=True), expressions=[exp.Literal.number(a) for a in args])
     )
