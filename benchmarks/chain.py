@@ -29,7 +29,7 @@ def shapes(kind: str, s: int) -> dict[str, tuple[int, int]]:
     return {"A": (s, t), "B": (t, s), "C": (s, t), "D": (t, 10 * s), "E": (10 * s, s)}
 
 
-def chain(s: ts.Session, ops: dict[str, TensorRelation], strategy: str) -> TensorRelation:
+def chain(s: ts.Session, ops: dict[str, np.ndarray | TensorRelation], strategy: str) -> TensorRelation:
     ab = s.einsum("ij,jk->ik", ops["A"], ops["B"], strategy=strategy)
     de = s.einsum("ij,jk->ik", ops["D"], ops["E"], strategy=strategy)
     cde = s.einsum("ij,jk->ik", ops["C"], de, strategy=strategy)

@@ -137,14 +137,16 @@ def test_cancel_stops_a_running_generic_loop(raw):
 
     worker = threading.Thread(target=run)
     worker.start()
-    time.sleep(0.2)
+    deadline = time.perf_counter() + 10.0
+    while (control.progress(path, token) or (0.0, 0.0))[1] == 0.0 and time.perf_counter() < deadline:
+        time.sleep(0.005)  # cancel once the kernel has announced its work, i.e. is running
     sent = time.perf_counter()
     control.cancel(path, token)
     worker.join()
     latency = time.perf_counter() - sent
     control.reset(path, token)
     assert errors and control.is_interrupted(errors[0])
-    assert latency < 0.8, f"the loop stopped {latency:.2f} s after the cancel"
+    assert latency < 2.0, f"the loop stopped {latency:.2f} s after the cancel"
 
 
 # Each is over the 4 GFLOP from which a GEMM runs in K panels (gemm.cpp, gemm_steps): the panels must add up

@@ -134,9 +134,11 @@ void run_join_steps(Control *ctl, Join join, Agg agg, const Plan &p, const T *x,
 		}
 	}
 	if (ctl == nullptr || work <= 2.0 * kLoopStep || p.outer.empty()) {
-		run_join<T, ACC>(join, agg, p, x, y, z, fn);
 		if (ctl != nullptr) {
 			ctl->announce(work);
+		}
+		run_join<T, ACC>(join, agg, p, x, y, z, fn);
+		if (ctl != nullptr) {
 			ctl->add(work);
 		}
 		return;

@@ -216,6 +216,7 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 	const Shape *shapes[] = {&xs, &ys};
 	const Plan base = make_plan(spec, shapes, names, isz, fn); // validates ranks, label sizes, output size
 	Contraction c;
+	c.fn = fn;
 	c.out_shape = base.out_shape;
 	c.out_numel = base.out_numel;
 
@@ -661,7 +662,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 	const KernelPath path = s.path;
 	Control *ctl = s.control != nullptr ? s.control : control_of(budget);
 	if (ctl != nullptr) {
-		ctl->check("contraction");
+		ctl->check(c.fn);
 		ctl->announce(c.flops);
 	}
 	const T *A = c.swap ? y : x;
@@ -700,7 +701,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 				}
 			}
 		}
-		check(ctl, "contraction");
+		check(ctl, c.fn);
 		return;
 	}
 	T *C = c.pack_c && !packed_out
@@ -735,7 +736,7 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 			gemm_steps<T>(c, A, Bm + n0 * c.b.sc, C + n0, c.m, n1 - n0, c.cr, beta1, meter, path);
 		});
 	}
-	check(ctl, "contraction");
+	check(ctl, c.fn);
 	if (c.pack_c && !packed_out) {
 		T *zp = z;
 		const T *src = C;

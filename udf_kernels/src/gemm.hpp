@@ -250,6 +250,8 @@ struct Contraction {
 	GroupTiles bt, mt, nt;
 	double flops = 0;
 	// dimension-type summary, for tests and EXPLAIN-style introspection
+	// the SQL function this contraction serves (a string literal), named by its errors
+	const char *fn = "contraction";
 	std::string kinds;
 };
 
