@@ -456,48 +456,55 @@ def section_e(repeat: int, quick: bool) -> None:
     s.close()
 
 
-def _per_call(fn: Callable[[], object], calls: int, repeat: int) -> float:
-    """Best over ``repeat`` rounds of the mean time of ``calls`` back-to-back calls (after warm-up)."""
-    for _ in range(20):
-        fn()
-    best = math.inf
-    for _ in range(max(repeat, 3)):
-        t = time.perf_counter()
-        for _ in range(calls):
+def _per_call_interleaved(fns: dict[str, Callable[[], object]], calls: int, repeat: int) -> dict[str, float]:
+    """Per function, the best over rounds of the mean time of ``calls`` back-to-back calls (after warm-up),
+    the functions' rounds interleaved (A, B, C, A, B, C, ...): a VM's speed drifts over seconds, and a
+    baseline timed before its cases can land in another phase than they do."""
+    for fn in fns.values():
+        for _ in range(20):
             fn()
-        best = min(best, (time.perf_counter() - t) / calls)
+    best = dict.fromkeys(fns, math.inf)
+    for _ in range(max(repeat, 3) * 4):
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - t) / calls)
     return best
 
 
 def section_f(repeat: int, quick: bool) -> None:
     """Small calls: the fixed cost of one call against one DuckDB round trip, measured in the same run."""
-    calls = 50 if quick else 300
+    calls = 50 if quick else 200
     rng = np.random.default_rng(0)
     a, b = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
     s = ts.default_session()
     con = s.executor.con
-    select1 = _per_call(lambda: con.execute("SELECT 1").fetchall(), calls, repeat)
     expr = ts.contract_expression("ij,jk->ik", a.shape, b.shape)
     rel = s.einsum("ij,jk->ik", a, b)
-    cases = [
-        ("ts.einsum ij,jk->ik 32^2", lambda: ts.einsum("ij,jk->ik", a, b), 4.0),
-        ("ts.einsum ij->ji 32^2", lambda: ts.einsum("ij->ji", a), 4.0),
-        ("contract_expression call 32^2", lambda: expr(a, b), 1.5),
-        ("lazy relation re-run 32^2", lambda: rel.numpy(), 1.5),
-    ]
-    for case, fn, target in cases:
-        t = _per_call(fn, calls, repeat)
-        note = f"per call: {t * 1e6:.0f} us against {select1 * 1e6:.0f} us, same session"
-        emit(Row("f", case, t, "SELECT 1", select1, target, note=note))
-    npt = _per_call(lambda: np.einsum("ij,jk->ik", a, b), calls, repeat)
-    oet = _per_call(lambda: opt_einsum.contract("ij,jk->ik", a, b), calls, repeat)
     oexpr = opt_einsum.contract_expression("ij,jk->ik", a.shape, b.shape)
-    oec = _per_call(lambda: oexpr(a, b), calls, repeat)
-    ts_t = _per_call(lambda: ts.einsum("ij,jk->ik", a, b), calls, repeat)
-    emit(Row("f", "ts.einsum 32^2 (reference)", ts_t, "numpy", npt, None))
-    emit(Row("f", "ts.einsum 32^2 (reference)", ts_t, "opt_einsum", oet, None))
-    expr_t = _per_call(lambda: expr(a, b), calls, repeat)
-    emit(Row("f", "contract_expression (reference)", expr_t, "oe expr", oec, None))
+    cases = {
+        "ts.einsum ij,jk->ik 32^2": (lambda: ts.einsum("ij,jk->ik", a, b), 4.0),
+        "ts.einsum ij->ji 32^2": (lambda: ts.einsum("ij->ji", a), 4.0),
+        "contract_expression call 32^2": (lambda: expr(a, b), 1.5),
+        "lazy relation re-run 32^2": (lambda: rel.numpy(), 1.5),
+    }
+    peers = {
+        "SELECT 1": lambda: con.execute("SELECT 1").fetchall(),
+        "numpy": lambda: np.einsum("ij,jk->ik", a, b),
+        "opt_einsum": lambda: opt_einsum.contract("ij,jk->ik", a, b),
+        "oe expr": lambda: oexpr(a, b),
+    }
+    t = _per_call_interleaved({**{k: fn for k, (fn, _) in cases.items()}, **peers}, calls, repeat)
+    select1 = t["SELECT 1"]
+    for case, (_, target) in cases.items():
+        note = f"per call: {t[case] * 1e6:.0f} us against {select1 * 1e6:.0f} us, rounds interleaved"
+        emit(Row("f", case, t[case], "SELECT 1", select1, target, note=note))
+    ts_t = t["ts.einsum ij,jk->ik 32^2"]
+    emit(Row("f", "ts.einsum 32^2 (reference)", ts_t, "numpy", t["numpy"], None))
+    emit(Row("f", "ts.einsum 32^2 (reference)", ts_t, "opt_einsum", t["opt_einsum"], None))
+    expr_t = t["contract_expression call 32^2"]
+    emit(Row("f", "contract_expression (reference)", expr_t, "oe expr", t["oe expr"], None))
 
 
 def section_planner(repeat: int, quick: bool) -> None:

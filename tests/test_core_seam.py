@@ -289,3 +289,71 @@ def test_a_prepared_small_call_takes_the_fast_path(s):
     with pytest.raises(ts.ShapeError, match=r"needs an array of shape \(5, 4\), got \(4, 4\)"):
         fast(dict(zip(entry.plan.operands, [a[:4], b], strict=True)))
     assert_einsum_close(expr(a.T.copy().T, b), "ij,jk->ik", a, b)  # non-contiguous input works too
+
+
+def test_a_one_row_statement_runs_on_the_single_threaded_lane():
+    """One-block calls run on the lane (a 1-thread DuckDB: no hand-off to a worker thread); statements with
+    a FROM (several blocks, stored tables) stay on the session's DuckDB."""
+    s = ts.connect(threads=2)
+    try:
+        a, b = RNG.standard_normal((8, 6)), RNG.standard_normal((6, 4))
+        small = s.einsum("ij,jk->ik", a, b)
+        for _ in range(3):
+            assert_einsum_close(small.numpy(), "ij,jk->ik", a, b)
+        st = s.executor._statements[small.plan()]
+        assert st.lane and st.prepared is not None
+        lane = s.executor._lane_con()
+        assert lane is not None and lane.execute("SELECT current_setting('threads')").fetchall() == [(1,)]
+        prepared = {r[0] for r in lane.execute("SELECT name FROM duckdb_prepared_statements()").fetchall()}
+        assert st.prepared in prepared
+        s.save(small, "t_lane")
+        stored = s.einsum("ij,jk->ik", s.table("t_lane"), b[:4, :3])
+        for _ in range(3):
+            assert_einsum_close(stored.numpy(), "ij,jk->ik", a @ b, b[:4, :3])
+        assert not s.executor._statements[stored.plan()].lane
+        blocked = s.from_numpy(a, block_shape=(2, 3))  # several blocks: a FROM
+        big = s.einsum("ij,jk->ik", blocked, b)
+        for _ in range(3):
+            assert_einsum_close(big.numpy(), "ij,jk->ik", a, b)
+        assert not s.executor._statements[big.plan()].lane
+    finally:
+        s.close()
+    with pytest.raises(Exception, match="closed"):  # the lane went with the session
+        lane.execute("SELECT 1")
+
+
+def test_without_a_lane_small_calls_run_on_the_session(monkeypatch, caplog):
+    import udf_kernels
+
+    s = ts.connect()
+    try:
+        monkeypatch.setattr(udf_kernels, "load", lambda con: (_ for _ in ()).throw(OSError("no extension")))
+        expr = ts.contract_expression("ij,jk->ik", (5, 4), (4, 3), session=s)
+        a, b = RNG.standard_normal((5, 4)), RNG.standard_normal((4, 3))
+        for _ in range(3):
+            assert_einsum_close(expr(a, b), "ij,jk->ik", a, b)
+        (entry, *_) = next(iter(expr._entries.values()))
+        st = s.executor._statements[entry.plan]
+        assert not st.lane and st.prepared is not None and s.executor._lane is False
+    finally:
+        s.close()
+    assert [r.getMessage() for r in caplog.records] == [
+        "tensorsql: no single-threaded lane for small calls: no extension"
+    ]
+    caplog.clear()  # the one warning expected here
+
+
+def test_statements_go_with_their_plans(s):
+    """An executor's per-plan state (slots, prepared statements) is freed with the plan, also once the plan
+    went through the small-call path."""
+    import gc
+
+    before = len(s.executor._statements)
+    for n in range(2, 6):
+        a = RNG.standard_normal((n, n))
+        expr = ts.contract_expression("ij,jk->ik", a.shape, a.shape, session=s)
+        for _ in range(3):
+            assert_einsum_close(expr(a, a), "ij,jk->ik", a, a)
+        del expr
+    gc.collect()
+    assert len(s.executor._statements) == before

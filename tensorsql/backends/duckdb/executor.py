@@ -9,6 +9,13 @@ table: the generated statements, the prepared statement, and how each array oper
 The result comes back through a result sink (the kernels write into the caller's array) or through Arrow.
 From a statement's second run on it is PREPAREd and then EXECUTEd: binding and planning a statement of
 several CTEs costs DuckDB milliseconds, as much as the kernels of a small einsum.
+
+A statement that reads no table and has no FROM (one row: the kernel calls of a one-block plan over lent
+operands) runs on the *lane*, a second, single-threaded in-memory DuckDB with the same extension. Such a
+statement can use one thread only, and DuckDB hands a query's task to a worker thread when it has several:
+on this project's 2-core VM that hand-off made up ~60-90 us of a ~250 us small call (``SELECT 1`` itself
+costs 190-215 us with 2 threads against ~120 us with one). Slots and sinks are process-wide, so the lane
+reads the same lent arrays.
 """
 
 from __future__ import annotations
@@ -75,6 +82,8 @@ class _Statement:
     fast: Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None = None
     prepared: str | None = None
     unpreparable: bool = False
+    #: the sink statement runs on the executor's single-threaded lane (see the module docstring)
+    lane: bool = False
 
 
 class DuckDBKernels:
@@ -141,6 +150,8 @@ class DuckDBExecutor:
         self._sinks: bool | None = None
         self._slots: bool | None = None
         self._workers = threads or int(self.query("SELECT current_setting('threads')")[0][0])
+        #: the single-threaded DuckDB for one-row statements: made on first use; False when it cannot be made
+        self._lane: duckdb.DuckDBPyConnection | bool | None = None
         self.closed = False
 
     # -- plain statements ------------------------------------------------------------------------------
@@ -164,7 +175,38 @@ class DuckDBExecutor:
     def close(self) -> None:
         with self._lock:
             self.closed = True
+            if isinstance(self._lane, duckdb.DuckDBPyConnection):
+                self._lane.close()
             self.con.close()
+
+    def _lane_con(self) -> duckdb.DuckDBPyConnection | None:
+        """The lane (made on first use); None when it cannot be made (the statement then runs here)."""
+        if self._lane is None:
+            try:
+                config = {"allow_unsigned_extensions": "true", "threads": "1"}
+                lane = duckdb.connect(":memory:", config=config)
+            except duckdb.Error as exc:
+                log.warning("tensorsql: no single-threaded lane for small calls: %s", exc)
+                self._lane = False
+                return None
+            try:
+                udf_kernels.load(lane)
+            except (udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
+                log.warning("tensorsql: no single-threaded lane for small calls: %s", exc)
+                lane.close()
+                self._lane = False
+                return None
+            self._lane = lane
+        return self._lane or None
+
+    def _con(self, st: _Statement) -> duckdb.DuckDBPyConnection:
+        """The connection the statement's sink text runs on: the lane for a one-row statement."""
+        if st.lane:
+            lane = self._lane_con()
+            if lane is not None:
+                return lane
+            st.lane = False
+        return self.con
 
     # -- relations the engine holds ----------------------------------------------------------------------
     def upload(self, table: pa.Table) -> str:
@@ -382,24 +424,25 @@ class DuckDBExecutor:
         scan the old table); one that no longer binds (a table it reads was replaced) is dropped, and the text
         runs."""
         text = self._sink_text(st, plan)
+        con = self._con(st)
         st.runs += 1
         if st.prepared is None:
             if st.runs < 2 or st.unpreparable:
-                return self.con.execute(text).fetchall()[0]
+                return con.execute(text).fetchall()[0]
             name = f"_ts_stmt_{next(_ids)}"
             try:
-                self.con.execute(statements.prepare(name, _parsed(text))).fetchall()
+                con.execute(statements.prepare(name, _parsed(text))).fetchall()
             except duckdb.Error:
                 st.unpreparable = True
-                return self.con.execute(text).fetchall()[0]
+                return con.execute(text).fetchall()[0]
             st.prepared = name
             st.text["execute"] = statements.execute(name)
-            weakref.finalize(plan, _deallocate, weakref.ref(self), name)
+            weakref.finalize(plan, _deallocate, weakref.ref(self), name, st.lane)
         try:
-            return self.con.execute(st.text["execute"]).fetchall()[0]
+            return con.execute(st.text["execute"]).fetchall()[0]
         except duckdb.Error:
             self._forget_prepared(st)
-            return self.con.execute(text).fetchall()[0]
+            return con.execute(text).fetchall()[0]
 
     def sink_text(self, plan: Plan) -> str:
         """The statement that writes the plan's result into a result sink (generated once per plan)."""
@@ -411,6 +454,7 @@ class DuckDBExecutor:
                 raise ExtensionError("the loaded kernels do not see result sinks")
             ast = sqlgen.to_sink_ast(plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan))
             st.text["sink"] = sqlgen.sql_text(ast)
+            st.lane = not st.long and ast.find(exp.From, exp.Table) is None
         return st.text["sink"]
 
     # -- operand bindings ----------------------------------------------------------------------------------
@@ -505,7 +549,7 @@ class DuckDBExecutor:
         name, st.prepared = st.prepared, None
         st.unpreparable = True
         if name is not None:
-            _deallocate(weakref.ref(self), name)
+            _deallocate(weakref.ref(self), name, st.lane)
 
 
 def _check_operand(op: E.Operand, arr: np.ndarray, want: tuple[tuple[int, ...], np.dtype]) -> None:
@@ -520,7 +564,7 @@ def _fast_call(
     ex: DuckDBExecutor, plan: Plan, st: _Statement
 ) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None]:
     """``DuckDBExecutor.fast``'s function for one prepared, slot-only statement."""
-    con, lock, text = ex.con, ex._lock, st.text["execute"]
+    con, lock, text = ex._con(st), ex._lock, st.text["execute"]
     operands, wants = plan.operands, st.wants
     slots: list[udf_sink.Slot] = [slot for slot in st.slots if slot is not None]
     sink = st.sink_slot
@@ -545,8 +589,8 @@ def _fast_call(
                     slot.clear()
         return out if elements == out.size else None
 
-    run.plan = plan  # type: ignore[attr-defined]  # keeps the plan, and so its prepared statement, alive
-    return run
+    return run  # holds no reference to the plan: the caller does while it runs (a plan kept alive by its own
+    # statement's function would never be freed, nor its prepared statement deallocated)
 
 
 def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:
@@ -568,13 +612,16 @@ def _unregister(executor_ref: weakref.ref, names: list[str]) -> None:
         ex.release(name)
 
 
-def _deallocate(executor_ref: weakref.ref, name: str) -> None:
+def _deallocate(executor_ref: weakref.ref, name: str, lane: bool = False) -> None:
     ex = executor_ref()
     if ex is None or ex.closed:
         return
     with ex._lock:
+        con = ex._lane_con() if lane else ex.con
+        if con is None:
+            return
         try:
-            ex.con.execute(statements.deallocate(name)).fetchall()
+            con.execute(statements.deallocate(name)).fetchall()
         except duckdb.Error as exc:
             log.warning("tensorsql: could not deallocate prepared statement %s: %s", name, exc)
 
