@@ -48,7 +48,7 @@ def default_session() -> Session:
     """The in-process session ``ts.einsum`` runs on (a new one if the last was closed)."""
     global _default
     with _default_lock:
-        if _default is None or getattr(_default.executor, "closed", False):
+        if _default is None or _default.closed:
             _default = connect()
         return _default
 

@@ -36,7 +36,12 @@ class TableNotFoundError(KeyError, TensorSQLError):
 
 
 class CatalogError(ValueError, TensorSQLError):
-    """A database that is not tensorsql's, or a catalog entry that does not match its table."""
+    """A database that is not tensorsql's, a catalog entry that is corrupted or does not match its table, or
+    a table name that is taken, empty or reserved."""
+
+
+class TableNameError(TypeError, CatalogError):
+    """A table name that is not a ``str`` (a ``TypeError``, and a ``CatalogError`` like every bad name)."""
 
 
 class KernelError(RuntimeError, TensorSQLError):
@@ -44,7 +49,8 @@ class KernelError(RuntimeError, TensorSQLError):
 
 
 class DatabaseLockedError(OSError, TensorSQLError):
-    """The database file is locked by another process (one writer, or many read-only readers)."""
+    """The database file is locked by another process (one writer, or many read-only readers), or is open in
+    this process already with other settings (``read_only``, ``threads``)."""
 
 
 class ExtensionError(RuntimeError, TensorSQLError):
@@ -53,6 +59,19 @@ class ExtensionError(RuntimeError, TensorSQLError):
 
 class SQLExecutionError(RuntimeError, TensorSQLError):
     """DuckDB failed to run generated or user SQL for a reason other than a kernel check."""
+
+
+class TransactionConflictError(SQLExecutionError):
+    """Another connection changed the same table or catalog rows in a concurrent transaction: nothing of this
+    statement was kept; retry once the other transaction has ended."""
+
+
+class SessionClosedError(ValueError, TensorSQLError):
+    """A session used after ``close()`` (a ``ValueError``, like I/O on a closed file)."""
+
+
+class OutOfMemoryError(MemoryError, TensorSQLError):
+    """An allocation that this process cannot make (the message says what was allocated, and its size)."""
 
 
 class ConfigError(ValueError, TensorSQLError):
@@ -72,9 +91,13 @@ __all__ = [
     "ExtensionError",
     "KernelError",
     "OperatorError",
+    "OutOfMemoryError",
     "PlanError",
     "SQLExecutionError",
+    "SessionClosedError",
     "ShapeError",
+    "TableNameError",
     "TableNotFoundError",
     "TensorSQLError",
+    "TransactionConflictError",
 ]

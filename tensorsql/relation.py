@@ -77,6 +77,7 @@ class TensorRelation:
 
     def to_arrow(self) -> pa.Table:
         """Key columns and the ``tensor`` blob column, with dtype/shape/block_shape in schema metadata."""
+        self.session.require_open("to_arrow")
         table = self.session.executor.run_arrow(self.plan(), self.bindings, keep=True)
         return table.replace_schema_metadata(arrow.metadata(self.shape, self.block_shape, self.node.dtype))
 
@@ -89,6 +90,7 @@ class TensorRelation:
         return self.session.materialize(self)
 
     def sql(self, pretty: bool = True) -> str:
+        self.session.require_open("sql")
         return self.session.executor.text(self.plan(), pretty=pretty)
 
     def explain(self) -> str:

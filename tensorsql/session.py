@@ -15,15 +15,26 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from tensorsql import compile as C
+from tensorsql import metadata
 from tensorsql.backends import arrow
 from tensorsql.backends.base import Executor
 from tensorsql.compile import planning
 from tensorsql.compile.cache import PlanCache
 from tensorsql.compile.plan import Plan, explain
 from tensorsql.dtypes import DTYPES, dtype_name
-from tensorsql.errors import CatalogError, DTypeError, EinsumError, ShapeError, TensorSQLError
+from tensorsql.errors import (
+    CatalogError,
+    ConfigError,
+    DTypeError,
+    EinsumError,
+    OutOfMemoryError,
+    SessionClosedError,
+    ShapeError,
+    TensorSQLError,
+)
 from tensorsql.frontend import numpy as frontend
 from tensorsql.frontend.subscripts import letter_label, parse, split_args
 from tensorsql.ir import expr as E
@@ -63,12 +74,30 @@ class Session:
     def database(self) -> str:
         return getattr(self.executor, "database", self.executor.name)
 
-    def execute(self, query: object, what: str = "query") -> list[tuple]:
+    def execute(self, query: str | exp.Expression, what: str = "query") -> list[tuple]:
         """Run a SQL statement on the executor and fetch its rows (the embedded DuckDB only)."""
-        return self.executor.query(query, what)  # type: ignore[attr-defined]
+        self.require_open("execute")
+        if not isinstance(query, (str, exp.Expression)):
+            raise ConfigError(
+                f"execute takes SQL text (a str) or a sqlglot expression, got {type(query).__name__}"
+            )
+        return self.executor.query(query, str(what))  # type: ignore[attr-defined]
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(self.executor, "closed", False))
+
+    def require_open(self, what: str) -> None:
+        """Every public method starts here: a closed session raises one typed error, never the engine's."""
+        if self.closed:
+            raise SessionClosedError(
+                f"{what}: this session on {self.database!r} is closed; open a new one with ts.connect()"
+            )
 
     def close(self) -> None:
-        self.executor.close()
+        """Closes the engine (idempotent); temporary tables and uploaded arrays go with it."""
+        if not self.closed:
+            self.executor.close()
 
     def __enter__(self) -> Session:
         return self
@@ -79,6 +108,7 @@ class Session:
     # -- planning and running ----------------------------------------------------------------------------
     def plan(self, node: E.Node, options: planning.PlanOptions | None = None) -> Plan:
         """Partition (EinDecomp unless ``options`` say otherwise), lower to TRA, run the physical passes."""
+        self.require_open("plan")
         opts = options or planning.PlanOptions()
         return C.compile_plan(
             node,
@@ -89,6 +119,7 @@ class Session:
         )
 
     def explain(self, plan: Plan) -> str:
+        self.require_open("explain")
         return explain(plan, self.executor.text(plan))
 
     def value(
@@ -105,6 +136,7 @@ class Session:
         A big contraction whose output interleaves its operands' labels comes back as a transposed view of its
         GEMM-ordered result (``compile.in_gemm_order``), like numpy's own contractions.
         """
+        self.require_open("compute")
         if not keep and self.result_sink:
             fast = self.executor.fast(plan)  # a small call's plan, already prepared
             if fast is not None:
@@ -120,7 +152,7 @@ class Session:
             if reordered is not None:
                 plan, perm = reordered
                 root = plan.root
-        out = np.empty(root.shape, dtype=DTYPES[root.dtype])
+        out = _result_array(root.shape, root.dtype)
         if not (self.result_sink and self.executor.run_into(plan, bindings, out, keep=keep)):
             out = arrow.assemble(
                 self.executor.run_arrow(plan, bindings, keep=keep), root.shape, plan.block_shape(), root.dtype
@@ -156,6 +188,8 @@ class Session:
         ``copy=False`` lets the relation view the array's memory where the blocking allows (row slabs of a
         C-contiguous array); the array must then not change while the relation is in use.
         """
+        self.require_open("from_numpy")
+        _flag(copy, "from_numpy", "copy")
         arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
         bs = resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
@@ -164,39 +198,65 @@ class Session:
 
     def from_arrow(self, table: pa.Table) -> TensorRelation:
         """A blocked Arrow table carrying tensorsql schema metadata (what ``to_arrow`` returns)."""
-        import json
-
+        self.require_open("from_arrow")
         if not isinstance(table, pa.Table):
             raise CatalogError(f"from_arrow takes a pyarrow.Table, got {type(table).__name__}")
         meta = table.schema.metadata or {}
-        try:
-            dtype = meta[b"tensorsql.dtype"].decode()
-            shape = tuple(json.loads(meta[b"tensorsql.shape"]))
-            bs = tuple(json.loads(meta[b"tensorsql.block_shape"]))
-        except (KeyError, ValueError) as exc:
-            raise CatalogError("Arrow table has no tensorsql metadata (dtype, shape, block_shape)") from exc
+        fields = [b"tensorsql.dtype", b"tensorsql.shape", b"tensorsql.block_shape"]
+        if any(f not in meta for f in fields):
+            raise CatalogError("Arrow table has no tensorsql metadata (dtype, shape, block_shape)")
+        dtype, shape, bs = metadata.parse("from_arrow: the Arrow metadata", *(meta[f] for f in fields))
+        want = {f"k{d}" for d in range(len(shape))} | {"tensor"}
+        if set(table.column_names) != want:
+            raise CatalogError(
+                f"from_arrow: a {len(shape)}-d tensor's table has columns {sorted(want)}, this one has "
+                f"{table.column_names}"
+            )
         view = self.executor.upload(table)
-        return self._stored(view, shape, bs, dtype_name(dtype), release=self.executor.release)
+        return self._stored(view, shape, bs, dtype, release=self.executor.release)
 
     def table(self, name: str) -> TensorRelation:
-        """A stored tensor relation from the catalog."""
+        """A stored tensor relation from the catalog (its name ignores the case of ASCII letters)."""
+        self.require_open("table")
+        name = metadata.check_name(name, "table")
         entry = self.executor.catalog.get(name)
-        return self._stored(name, entry.shape, entry.block_shape, entry.dtype, release=None)
+        return self._stored(entry.name, entry.shape, entry.block_shape, entry.dtype, release=None)
 
     def tables(self) -> list[str]:
+        """The names of the stored tensor relations, as spelled by their last save."""
+        self.require_open("tables")
         return self.executor.catalog.names()
 
     def save(self, rel: TensorRelation, name: str, *, replace: bool = False) -> TensorRelation:
-        if not isinstance(name, str) or not name:
-            raise CatalogError(f"table name must be a non-empty string, got {name!r}")
-        if name == "tensorsql_catalog" or name.startswith("_ts_"):
-            raise CatalogError(f"table name {name!r} is reserved by tensorsql")
+        """Stores ``rel`` as table ``name`` with its catalog entry. Names ignore the case of ASCII letters (as
+        DuckDB's do): saving "a" where "A" exists needs ``replace=True``, and then replaces it."""
+        self.require_open("save")
+        rel = self._own(rel, "save")
+        name = metadata.check_name(name, "save")
+        _flag(replace, "save", "replace")
         if not replace and self.executor.catalog.exists(name):
-            raise CatalogError(f"a table named {name!r} already exists (replace=True overwrites it)")
+            raise CatalogError(
+                f"a table named {name!r} (or one whose name differs only in the case of ASCII letters: they "
+                "are one name) already exists; replace=True overwrites it"
+            )
         self.executor.store(rel.plan(), rel.bindings, name, replace=replace)
         return self.table(name)
 
+    def drop(self, name: str) -> None:
+        """Drops a stored tensor relation: its table and its catalog entry (TableNotFoundError if none)."""
+        self.require_open("drop")
+        self.executor.catalog.drop(metadata.check_name(name, "drop"))
+
+    def _own(self, rel: object, what: str) -> TensorRelation:
+        if not isinstance(rel, TensorRelation):
+            raise ShapeError(f"{what} takes a TensorRelation, got {type(rel).__name__}")
+        if rel.session is not self:
+            raise ShapeError(f"{what}: the relation is another session's; save it and open it with table()")
+        return rel
+
     def materialize(self, rel: TensorRelation) -> TensorRelation:
+        self.require_open("materialize")
+        rel = self._own(rel, "materialize")
         if isinstance(rel.node, E.Source):
             return rel
         plan = rel.plan()
@@ -216,6 +276,10 @@ class Session:
 
         Duplicate coordinates are summed (COO semantics); coordinates that are not given are zero.
         """
+        self.require_open("from_sql")
+        if not isinstance(query, str):
+            raise ConfigError(f"from_sql: query must be SQL text (a str), got {type(query).__name__}")
+        query = str.__str__(query)
         shape = _shape(shape, "from_sql")
         name = dtype_name(dtype)
         bs = resolve_block_shape(shape, block_shape, blocks, "from_sql")
@@ -224,6 +288,7 @@ class Session:
 
     # -- einsum --------------------------------------------------------------------------------------------
     def as_relation(self, operand: object) -> TensorRelation:
+        self.require_open("as_relation")
         if isinstance(operand, TensorRelation):
             if operand.session is not self:
                 raise ShapeError("operand belongs to another session; save it and open it with table()")
@@ -234,6 +299,10 @@ class Session:
         self, shape: Sequence[int], dtype: object = "float64", name: str | None = None
     ) -> TensorRelation:
         """An array operand to be given later: build a lazy graph over placeholders and ``compile`` it."""
+        self.require_open("placeholder")
+        if name is not None and not isinstance(name, str):
+            raise ConfigError(f"placeholder: name must be a str or None, got {type(name).__name__}")
+        name = None if name is None else str.__str__(name)
         shp = _shape(shape, "placeholder")
         node = E.Operand(shape=shp, dtype=dtype_name(dtype), name=name or "placeholder")
         return TensorRelation(self, node)
@@ -258,6 +327,8 @@ class Session:
         ``copy=False`` borrows their memory instead of copying it (the arrays must not change until the
         relation has been computed).
         """
+        self.require_open("einsum")
+        _flag(copy, "einsum", "copy")
         options = planning.PlanOptions(strategy)  # validated here, once
         inputs, output, operands = split_args(args)
         nodes: list[E.Node] = []
@@ -284,6 +355,7 @@ class Session:
 
     def map(self, rel: object, fn: str, param: float | None = None) -> TensorRelation:
         """An element-wise function of every element (exp, log, sqrt, relu, neg, abs, pow, scale, ...)."""
+        self.require_open("map")
         r = self.as_relation(rel)
         return TensorRelation(self, frontend.map_node(r.node, fn, param), r.bindings)
 
@@ -292,6 +364,7 @@ class Session:
     ) -> Compiled:
         """A callable that runs the lazy graph of ``outputs`` on new arrays for the placeholders ``inputs``
         (``placeholder``), planned once: each call binds the arrays and runs the cached plans."""
+        self.require_open("compile")
         return Compiled(self, outputs, inputs)
 
 
@@ -358,6 +431,23 @@ def _shape(shape: object, what: str) -> tuple[int, ...]:
     if any(n < 0 for n in shp):
         raise ShapeError(f"{what}: shape {shp} has a negative dimension")
     return shp
+
+
+def _flag(value: object, what: str, name: str) -> None:
+    """A boolean option is a bool (a str like "no" would be true)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ConfigError(f"{what}: {name}= must be a bool, got {type(value).__name__}")
+
+
+def _result_array(shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """The array a result is written into; one this process cannot allocate is a typed error that says so."""
+    try:
+        return np.empty(shape, dtype=DTYPES[dtype])
+    except (MemoryError, ValueError) as exc:
+        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+        raise OutOfMemoryError(
+            f"cannot allocate the result: shape {shape} of {dtype} is {nbytes / 2**30:.3g} GiB ({exc})"
+        ) from exc
 
 
 def as_array(value: object, what: str) -> np.ndarray:

@@ -1,120 +1,229 @@
-"""The catalog table that lets a stored tensor relation reopen without guessing its metadata."""
+"""The catalog table that lets a stored tensor relation reopen without guessing its metadata.
+
+Names follow DuckDB's rule for identifiers: ASCII letters compare without case ("A" and "a" are one table),
+every other character exactly. The catalog keeps the spelling of the last save, for display. Every value
+reaches DuckDB as a bound parameter (``?``), never as SQL text.
+"""
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Sequence
 
 import duckdb
 from sqlglot import exp
 
+from tensorsql import metadata
 from tensorsql.backends.base import CatalogEntry
-from tensorsql.backends.duckdb.sqlgen import ident, lit, sql_text
-from tensorsql.dtypes import DTYPES
+from tensorsql.backends.duckdb.errors import wrap
+from tensorsql.backends.duckdb.sqlgen import ident, sql_text
 from tensorsql.errors import CatalogError, TableNotFoundError
+from tensorsql.metadata import CATALOG, fold
 
-CATALOG = "tensorsql_catalog"
 FORMAT_VERSION = 1
-_COLUMNS = ("name", "dtype", "shape", "block_shape", "format_version")
-
+#: the catalog's columns and their types
+_COLUMNS = {
+    "name": "VARCHAR",
+    "dtype": "VARCHAR",
+    "shape": "VARCHAR",
+    "block_shape": "VARCHAR",
+    "format_version": "INTEGER",
+}
+_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
 
 Entry = CatalogEntry
 
 
-def _rows(con: duckdb.DuckDBPyConnection, query: exp.Expression) -> list[tuple]:
-    """Run and fetch fully: DuckDB 2 refuses new work on a connection with an unfinished result."""
-    return con.execute(sql_text(query)).fetchall()
+def _param() -> exp.Placeholder:
+    return exp.Placeholder()
 
 
-def _catalog_columns(con: duckdb.DuckDBPyConnection) -> list[str] | None:
-    q = (
-        exp.select("column_name")
-        .from_("information_schema.columns")
-        .where(exp.EQ(this=exp.column("table_name"), expression=lit(CATALOG)))
+def _eq(column: str, value: exp.Expression) -> exp.EQ:
+    return exp.EQ(this=exp.column(column), expression=value)
+
+
+def _lower_eq(column: str) -> exp.EQ:
+    """``lower(column) = lower(?)``: every DuckDB-equal name passes (then ``fold`` keeps the equal ones)."""
+    return exp.EQ(this=exp.Lower(this=exp.column(column)), expression=exp.Lower(this=_param()))
+
+
+def _here() -> exp.Expression:
+    """The current database and schema (an attached database's or another schema's tables are not ours)."""
+    return exp.and_(
+        _eq("table_catalog", exp.Anonymous(this="current_database", expressions=[])),
+        _eq("table_schema", exp.Anonymous(this="current_schema", expressions=[])),
     )
-    rows = _rows(con, q)
-    return [r[0] for r in rows] or None
+
+
+def _rows(
+    con: duckdb.DuckDBPyConnection,
+    query: exp.Expression,
+    params: Sequence[object] = (),
+    what: str = "catalog",
+) -> list[tuple]:
+    """Run with bound parameters and fetch fully (DuckDB 2 refuses new work on a connection with an unfinished
+    result); a DuckDB error becomes tensorsql's (a closed connection, a conflicting transaction, ...)."""
+    try:
+        return con.execute(sql_text(query), list(params)).fetchall()
+    except duckdb.Error as exc:
+        raise wrap(exc, what) from exc
+
+
+def _table() -> exp.Table:
+    return exp.Table(this=ident(CATALOG))
+
+
+def _columns_of(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, dict[str, str]] | None:
+    """(DuckDB's spelling, {folded column: type}) of table or view ``name`` here, or None."""
+    q = (
+        exp.select("table_name", "column_name", "data_type")
+        .from_("information_schema.columns")
+        .where(_here())
+        .where(_lower_eq("table_name"))
+        .order_by("ordinal_position")
+    )
+    rows = [r for r in _rows(con, q, [name]) if fold(r[0]) == fold(name)]
+    if not rows:
+        return None
+    return rows[0][0], {fold(c): t for _, c, t in rows}
+
+
+def _catalog_exists(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this database has a catalog table; a table of that name that is not tensorsql's is an error."""
+    found = _columns_of(con, CATALOG)
+    if found is None:
+        return False
+    spelling, cols = found
+    ok = set(cols) == set(_COLUMNS) and all(
+        cols[c] == t or (t == "INTEGER" and cols[c] in _INTEGER_TYPES) for c, t in _COLUMNS.items()
+    )
+    if not ok:
+        have = ", ".join(f"{c} {t}" for c, t in cols.items())
+        want = ", ".join(f"{c} {t}" for c, t in _COLUMNS.items())
+        raise CatalogError(
+            f"table {spelling!r} exists but is not a tensorsql catalog: it has columns ({have}), tensorsql's "
+            f"has ({want}); this database is not tensorsql's, or its catalog table was replaced"
+        )
+    return True
 
 
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
-    cols = _catalog_columns(con)
-    if cols is None:
-        ddl = exp.Create(
-            this=exp.Schema(
-                this=exp.Table(this=ident(CATALOG)),
-                expressions=[
-                    exp.ColumnDef(this=ident(c), kind=exp.DataType.build("VARCHAR")) for c in _COLUMNS[:4]
-                ]
-                + [exp.ColumnDef(this=ident("format_version"), kind=exp.DataType.build("INTEGER"))],
-            ),
-            kind="TABLE",
-        )
-        _rows(con, ddl)
-    elif sorted(cols) != sorted(_COLUMNS):
-        raise CatalogError(f"table {CATALOG!r} exists but is not a tensorsql catalog (columns {cols})")
+    if _catalog_exists(con):
+        return
+    ddl = exp.Create(
+        this=exp.Schema(
+            this=_table(),
+            expressions=[
+                exp.ColumnDef(this=ident(c), kind=exp.DataType.build(t)) for c, t in _COLUMNS.items()
+            ],
+        ),
+        kind="TABLE",
+    )
+    _rows(con, ddl)
+
+
+def _matches(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple]:
+    """The catalog rows (name, dtype, shape, block_shape, format_version) DuckDB would take for ``name``."""
+    q = exp.select(*_COLUMNS).from_(_table()).where(_lower_eq("name"))
+    return [r for r in _rows(con, q, [name]) if isinstance(r[0], str) and fold(r[0]) == fold(name)]
 
 
 def put(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
+    """Records ``e``, replacing every entry DuckDB would take for the same table (any case of its name)."""
     ensure(con)
-    delete = exp.delete(
-        exp.Table(this=ident(CATALOG)), where=exp.EQ(this=exp.column("name"), expression=lit(e.name))
-    )
-    _rows(con, delete)
-    values = [
-        lit(e.name),
-        lit(e.dtype),
-        lit(json.dumps(list(e.shape))),
-        lit(json.dumps(list(e.block_shape))),
-        lit(FORMAT_VERSION),
-    ]
-    insert = exp.insert(exp.select(*values), exp.Table(this=ident(CATALOG)))
-    _rows(con, insert)
+    for row in _matches(con, e.name):
+        _rows(con, exp.delete(_table(), where=_eq("name", _param())), [row[0]])
+    values = [e.name, e.dtype, json.dumps(list(e.shape)), json.dumps(list(e.block_shape)), FORMAT_VERSION]
+    _rows(con, exp.insert(exp.select(*[_param() for _ in values]), _table()), values)
+
+
+def _known(con: duckdb.DuckDBPyConnection) -> list[str]:
+    return [r[0] for r in _rows(con, exp.select("name").from_(_table()).order_by("name")) if r[0] is not None]
+
+
+def entry(row: tuple) -> Entry:
+    """A catalog row checked field by field: a corrupted one is a CatalogError naming the table and field."""
+    name, dtype, shape, block_shape, version = row
+    where = f"catalog entry {name!r}"
+    if version != FORMAT_VERSION:
+        raise CatalogError(
+            f"{where} has format_version {version!r}; this tensorsql reads format {FORMAT_VERSION}"
+        )
+    dt, shp, bs = metadata.parse(where, dtype, shape, block_shape)
+    return Entry(name, dt, shp, bs)
+
+
+def _check_table(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
+    """The entry's table exists, with one INTEGER key column per dimension and the BLOB column ``tensor``."""
+    found = _columns_of(con, e.name)
+    if found is None:
+        raise CatalogError(
+            f"catalog entry {e.name!r} has no table: it was dropped or renamed with SQL (save it again, or "
+            "delete the entry)"
+        )
+    spelling, cols = found
+    keys = sorted(c for c in cols if c[:1] == "k" and c[1:].isdigit())
+    want = [f"k{d}" for d in range(len(e.shape))]
+    if sorted(keys) != sorted(want) or cols.get("tensor") != "BLOB":
+        have = ", ".join(f"{c} {t}" for c, t in cols.items())
+        raise CatalogError(
+            f"catalog entry {e.name!r} does not match table {spelling!r}: a {len(e.shape)}-d tensor (shape "
+            f"{list(e.shape)}) needs columns {', '.join(want) or '(no keys)'} and tensor BLOB; the table has "
+            f"({have})"
+        )
+    bad = [k for k in want if cols[k] not in _INTEGER_TYPES]
+    if bad:
+        raise CatalogError(f"table {spelling!r}: key column {bad[0]} is {cols[bad[0]]}, not an integer")
 
 
 def get(con: duckdb.DuckDBPyConnection, name: str) -> Entry:
-    cols = _catalog_columns(con)
-    if cols is None:
+    if not _catalog_exists(con):
         raise TableNotFoundError(f"no tensor relation {name!r}: this database has no tensorsql catalog")
-    if sorted(cols) != sorted(_COLUMNS):
-        raise CatalogError(f"table {CATALOG!r} exists but is not a tensorsql catalog (columns {cols})")
-    q = (
-        exp.select("dtype", "shape", "block_shape", "format_version")
-        .from_(exp.Table(this=ident(CATALOG)))
-        .where(exp.EQ(this=exp.column("name"), expression=lit(name)))
-    )
-    row = next(iter(_rows(con, q)), None)
-    if row is None:
-        known = [
-            r[0]
-            for r in con.execute(
-                sql_text(exp.select("name").from_(exp.Table(this=ident(CATALOG))))
-            ).fetchall()
-        ]
-        raise TableNotFoundError(f"no tensor relation {name!r} in the catalog (known: {sorted(known)})")
-    dtype, shape, block_shape, version = row
-    try:
-        entry = Entry(name, dtype, tuple(json.loads(shape)), tuple(json.loads(block_shape)))
-    except (TypeError, ValueError) as exc:
-        raise CatalogError(f"catalog entry {name!r} is corrupted: {exc}") from exc
-    if version != FORMAT_VERSION or dtype not in DTYPES or len(entry.shape) != len(entry.block_shape):
-        raise CatalogError(f"catalog entry {name!r} is not readable by this tensorsql (format {version})")
-    return entry
+    rows = _matches(con, name)
+    if not rows:
+        raise TableNotFoundError(f"no tensor relation {name!r} in the catalog (known: {_known(con)})")
+    if len(rows) > 1:
+        spellings = sorted(r[0] for r in rows)
+        raise CatalogError(
+            f"the catalog has {len(rows)} entries {spellings} for one table {name!r} (DuckDB's names ignore "
+            "the case of ASCII letters); save the right tensor again with replace=True to repair it"
+        )
+    e = entry(rows[0])
+    _check_table(con, e)
+    return e
 
 
 def names(con: duckdb.DuckDBPyConnection) -> list[str]:
-    if _catalog_columns(con) is None:
+    if not _catalog_exists(con):
         return []
-    q = exp.select("name").from_(exp.Table(this=ident(CATALOG))).order_by("name")
-    return [r[0] for r in _rows(con, q)]
+    rows = _rows(con, exp.select("name").from_(_table()).order_by("name"))
+    if any(not isinstance(r[0], str) for r in rows):
+        raise CatalogError(f"{CATALOG!r} is corrupted: a row has no name (NULL)")
+    return [r[0] for r in rows]
 
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    q = (
-        exp.select(exp.Count(this=exp.Star()))
-        .from_("information_schema.tables")
-        .where(exp.EQ(this=exp.column("table_name"), expression=lit(name)))
-    )
-    return bool(_rows(con, q)[0][0])
+    """Whether DuckDB has a table or view here that ``name`` denotes (any case of its ASCII letters)."""
+    q = exp.select("table_name").from_("information_schema.tables").where(_here())
+    q = q.where(_lower_eq("table_name"))
+    return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name]))
+
+
+def remove(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Drops a stored tensor relation: its table and its catalog entries, in one transaction."""
+    if not _catalog_exists(con) or not (rows := _matches(con, name)):
+        raise TableNotFoundError(f"no tensor relation {name!r} to drop")
+    _rows(con, exp.Transaction(), what="drop")
+    try:
+        for row in rows:
+            drop = exp.Drop(tables=[exp.Table(this=ident(row[0]))], kind="TABLE", exists=True)
+            _rows(con, drop, what=f"drop {name!r}")
+            _rows(con, exp.delete(_table(), where=_eq("name", _param())), [row[0]], what=f"drop {name!r}")
+        _rows(con, exp.Commit(), what=f"drop {name!r}")
+    except BaseException:
+        _rows(con, exp.Rollback(), what=f"drop {name!r}")
+        raise
 
 
 class DuckDBCatalog:
@@ -125,6 +234,7 @@ class DuckDBCatalog:
         self._lock = lock
 
     def get(self, name: str) -> Entry:
+        name = metadata.check_name(name, "table")
         with self._lock:
             return get(self._con, name)
 
@@ -133,9 +243,18 @@ class DuckDBCatalog:
             return names(self._con)
 
     def exists(self, name: str) -> bool:
+        name = metadata.check_name(name, "save")
         with self._lock:
             return table_exists(self._con, name)
 
     def put(self, entry: Entry) -> None:
         with self._lock:
             put(self._con, entry)
+
+    def drop(self, name: str) -> None:
+        name = metadata.check_name(name, "drop")
+        with self._lock:
+            remove(self._con, name)
+
+
+__all__ = ["CATALOG", "FORMAT_VERSION", "DuckDBCatalog", "entry"]
