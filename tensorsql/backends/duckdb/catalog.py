@@ -48,11 +48,18 @@ def _lower_eq(column: str) -> exp.EQ:
     return exp.EQ(this=exp.Lower(this=exp.column(column)), expression=exp.Lower(this=_param()))
 
 
+def _lower_in(column: str, n: int) -> exp.In:
+    """``lower(column) IN (lower(?), ...)`` for ``n`` names."""
+    values = [exp.Lower(this=_param()) for _ in range(n)]
+    return exp.In(this=exp.Lower(this=exp.column(column)), expressions=values)
+
+
 def _here() -> exp.Expression:
-    """The current database and schema (an attached database's or another schema's tables are not ours)."""
+    """The current database and schema (an attached database's, a temporary or another schema's tables are
+    not ours). DuckDB's own metadata functions: several times cheaper than ``information_schema``."""
     return exp.and_(
-        _eq("table_catalog", exp.Anonymous(this="current_database", expressions=[])),
-        _eq("table_schema", exp.Anonymous(this="current_schema", expressions=[])),
+        _eq("database_name", exp.Anonymous(this="current_database", expressions=[])),
+        _eq("schema_name", exp.Anonymous(this="current_schema", expressions=[])),
     )
 
 
@@ -74,24 +81,31 @@ def _table() -> exp.Table:
     return exp.Table(this=ident(CATALOG))
 
 
-def _columns_of(con: duckdb.DuckDBPyConnection, name: str) -> tuple[str, dict[str, str]] | None:
-    """(DuckDB's spelling, {folded column: type}) of table or view ``name`` here, or None."""
+#: a table's (DuckDB's spelling, {folded column name: type}), by folded table name
+Columns = dict[str, tuple[str, dict[str, str]]]
+
+
+def _columns(con: duckdb.DuckDBPyConnection, *names: str) -> Columns:
+    """The columns of the tables and views here that ``names`` denote, in one query."""
     q = (
         exp.select("table_name", "column_name", "data_type")
-        .from_("information_schema.columns")
+        .from_(exp.Table(this=exp.Anonymous(this="duckdb_columns", expressions=[])))
         .where(_here())
-        .where(_lower_eq("table_name"))
-        .order_by("ordinal_position")
+        .where(_lower_in("table_name", len(names)))
+        .order_by("table_name", "column_index")
     )
-    rows = [r for r in _rows(con, q, [name]) if fold(r[0]) == fold(name)]
-    if not rows:
-        return None
-    return rows[0][0], {fold(c): t for _, c, t in rows}
+    out: Columns = {}
+    wanted = {fold(n) for n in names}
+    for table, column, dtype in _rows(con, q, names):
+        key = fold(table)
+        if key in wanted:
+            out.setdefault(key, (table, {}))[1][fold(column)] = dtype
+    return out
 
 
-def _catalog_exists(con: duckdb.DuckDBPyConnection) -> bool:
+def _catalog_exists(con: duckdb.DuckDBPyConnection, cols: Columns | None = None) -> bool:
     """Whether this database has a catalog table; a table of that name that is not tensorsql's is an error."""
-    found = _columns_of(con, CATALOG)
+    found = (_columns(con, CATALOG) if cols is None else cols).get(CATALOG)
     if found is None:
         return False
     spelling, cols = found
@@ -154,9 +168,8 @@ def entry(row: tuple) -> Entry:
     return Entry(name, dt, shp, bs)
 
 
-def _check_table(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
+def _check_table(e: Entry, found: tuple[str, dict[str, str]] | None) -> None:
     """The entry's table exists, with one INTEGER key column per dimension and the BLOB column ``tensor``."""
-    found = _columns_of(con, e.name)
     if found is None:
         raise CatalogError(
             f"catalog entry {e.name!r} has no table: it was dropped or renamed with SQL (save it again, or "
@@ -178,7 +191,8 @@ def _check_table(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
 
 
 def get(con: duckdb.DuckDBPyConnection, name: str) -> Entry:
-    if not _catalog_exists(con):
+    cols = _columns(con, CATALOG, name)
+    if not _catalog_exists(con, cols):
         raise TableNotFoundError(f"no tensor relation {name!r}: this database has no tensorsql catalog")
     rows = _matches(con, name)
     if not rows:
@@ -190,7 +204,7 @@ def get(con: duckdb.DuckDBPyConnection, name: str) -> Entry:
             "the case of ASCII letters); save the right tensor again with replace=True to repair it"
         )
     e = entry(rows[0])
-    _check_table(con, e)
+    _check_table(e, cols.get(fold(name)))
     return e
 
 
@@ -205,9 +219,12 @@ def names(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether DuckDB has a table or view here that ``name`` denotes (any case of its ASCII letters)."""
-    q = exp.select("table_name").from_("information_schema.tables").where(_here())
-    q = q.where(_lower_eq("table_name"))
-    return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name]))
+    def named(function: str, column: str) -> exp.Select:
+        source = exp.Table(this=exp.Anonymous(this=function, expressions=[]))
+        return exp.select(exp.alias_(column, "n")).from_(source).where(_here()).where(_lower_eq(column))
+
+    q = exp.union(named("duckdb_tables", "table_name"), named("duckdb_views", "view_name"), distinct=False)
+    return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name, name]))
 
 
 def remove(con: duckdb.DuckDBPyConnection, name: str) -> None:
