@@ -63,6 +63,10 @@ class PlanError(ValueError, TensorSQLError):
     """A plan that cannot be built (unsupported lowering, inconsistent partitioning)."""
 
 
+class OutOfMemoryError(MemoryError, TensorSQLError):
+    """A query or kernel needed more memory than the session's ``memory_limit`` (or the machine) allows."""
+
+
 __all__ = [
     "CatalogError",
     "ConfigError",
@@ -72,6 +76,7 @@ __all__ = [
     "ExtensionError",
     "KernelError",
     "OperatorError",
+    "OutOfMemoryError",
     "PlanError",
     "SQLExecutionError",
     "ShapeError",
