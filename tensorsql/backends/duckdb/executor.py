@@ -122,10 +122,7 @@ class DuckDBExecutor:
     ) -> None:
         if allocator.enabled_by_env():
             allocator.tune()
-        # ZSTD stores a row group's blobs so that a scan decompresses them into one buffer (a 1.6 GB table of
-        # 3 MB blocks needs a 2 GiB allocation, refused under a 2 GB memory_limit); uncompressed, a scan reads
-        # the blocks it needs one by one. Tensor blocks barely compress anyway.
-        config = {"allow_unsigned_extensions": "true", "disabled_compression_methods": "zstd"}
+        config = {"allow_unsigned_extensions": "true"}
         if threads is not None:
             if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
                 raise ConfigError(f"threads={threads!r} must be a positive int")
@@ -150,6 +147,11 @@ class DuckDBExecutor:
         except duckdb.Error as exc:
             raise wrap_connect(exc, self.database) from exc
         try:
+            # ZSTD stores a row group's blobs so that a scan decompresses them into one buffer (a 1.6 GB table
+            # of 3 MB blocks needs a 2 GiB allocation, refused under a 2 GB memory_limit); uncompressed, a scan
+            # reads the blocks it needs one by one. Tensor blocks barely compress anyway. (A SET: DuckDB
+            # ignores this option in the connect config.)
+            self.con.execute("SET disabled_compression_methods = 'zstd'").fetchall()
             self.kernels = udf_kernels.load(self.con)
         except (udf_kernels.KernelBuildError, udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
             self.con.close()
@@ -169,15 +171,15 @@ class DuckDBExecutor:
         #: the single-threaded DuckDB for one-row statements: made on first use; False when it cannot be made
         self._lane: duckdb.DuckDBPyConnection | bool | None = None
         self.closed = False
-        #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory")
-        self.memory_limit = limit if limit is not None else self._duckdb_limit()
         try:
+            #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory")
+            self.memory_limit = limit if limit is not None else self._duckdb_limit()
             self._set_kernel_limit(self.con)
+            #: no block a plan makes is larger (``EngineProfile.max_block_bytes``)
+            self.max_block_bytes = memory.max_block_bytes(max_block_bytes, self.memory_limit, self._workers)
         except BaseException:
             self.close()
             raise
-        #: no block a plan makes is larger (``EngineProfile.max_block_bytes``)
-        self.max_block_bytes = memory.max_block_bytes(max_block_bytes, self.memory_limit, self._workers)
         self.profile = dataclasses.replace(costs.PROFILE, max_block_bytes=self.max_block_bytes)
 
     # -- memory ----------------------------------------------------------------------------------------------
