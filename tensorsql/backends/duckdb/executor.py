@@ -147,10 +147,10 @@ class DuckDBExecutor:
         except duckdb.Error as exc:
             raise wrap_connect(exc, self.database) from exc
         try:
-            # ZSTD stores a row group's blobs so that a scan decompresses them into one buffer (a 1.6 GB table
-            # of 3 MB blocks needs a 2 GiB allocation, refused under a 2 GB memory_limit); uncompressed, a scan
-            # reads the blocks it needs one by one. Tensor blocks barely compress anyway. (A SET: DuckDB
-            # ignores this option in the connect config.)
+            # ZSTD stores a row group's blobs so that a scan decompresses them into one buffer (a 1.6 GB
+            # table of 3 MB blocks needs a 2 GiB allocation, refused under a 2 GB memory_limit); uncompressed,
+            # a scan reads the blocks it needs one by one. Tensor blocks barely compress anyway. (A SET:
+            # DuckDB ignores this option in the connect config.)
             self.con.execute("SET disabled_compression_methods = 'zstd'").fetchall()
             self.kernels = udf_kernels.load(self.con)
         except (udf_kernels.KernelBuildError, udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
