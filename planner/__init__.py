@@ -7,7 +7,16 @@ chosen partitionings into TRA plans.
 from __future__ import annotations
 
 from . import ops
-from .costs import CostModel, agg_cost, effective_p, join_cost, kernel_calls, repart_cost, viable
+from .costs import (
+    CostModel,
+    agg_cost,
+    effective_p,
+    join_cost,
+    kernel_calls,
+    repart_cost,
+    split_to_fit,
+    viable,
+)
 from .decompose import Plan, choose_p, decompose, evaluate
 from .einsum import AGG_FUNCTIONS, JOIN_FUNCTIONS, EinSum, PlanningError
 from .graph import EinGraph, Vertex
@@ -44,5 +53,6 @@ __all__ = [
     "join_cost",
     "kernel_calls",
     "repart_cost",
+    "split_to_fit",
     "viable",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from functools import cache, lru_cache
 from pathlib import Path
@@ -27,9 +27,12 @@ from .einsum import EinSum, PlanningError
 __all__ = [
     "CostModel",
     "agg_cost",
+    "block_elements",
+    "capped_viable",
     "join_cost",
     "kernel_calls",
     "repart_cost",
+    "split_to_fit",
     "viable",
 ]
 
@@ -102,6 +105,98 @@ def effective_p(einsum: EinSum, p: int) -> int:
 def _check_p(p: int) -> None:
     if isinstance(p, bool) or not isinstance(p, int) or p < 1:
         raise PlanningError(f"p (the number of kernel calls) must be a positive int, got {p!r}")
+
+
+# ---- a cap on block sizes --------------------------------------------------------------------------------
+#: rows kept in a capped domain: enough for the cheapest splits, small enough for the pairwise edge tables
+CAPPED_ROWS = 512
+#: call counts tried above the lower bound before settling for the greedy split's count
+CAPPED_TRIES = 256
+
+
+def split_to_fit(
+    sizes: Mapping[Hashable, int],
+    tensors: Sequence[tuple[Sequence[Hashable], int]],
+    cap: int,
+    blocks: Mapping[Hashable, int] | None = None,
+) -> dict[Hashable, int]:
+    """Block size per label such that every tensor's block (its weight times the product of its labels'
+    blocks; a repeated label counts once per occurrence) is at most ``cap``.
+
+    Starts from ``blocks`` (whole labels where not given) and halves the largest block of the worst tensor
+    until all fit (ties: the tensor's first label), so labels already small enough are left alone.
+    """
+    out = {lab: max(1, min(n, blocks.get(lab, n) if blocks else n)) for lab, n in sizes.items()}
+
+    def cost(t: tuple[Sequence[Hashable], int]) -> int:
+        return t[1] * math.prod(out[lab] for lab in t[0])
+
+    while tensors:
+        worst = max(tensors, key=cost)
+        if cost(worst) <= cap:
+            break
+        labels = [lab for lab in dict.fromkeys(worst[0]) if out[lab] > 1]
+        if not labels:
+            raise PlanningError(f"a block of one element ({worst[1]}) exceeds the block cap of {cap}")
+        lab = max(labels, key=out.__getitem__)
+        out[lab] = -(-out[lab] // 2)
+    return out
+
+
+def block_elements(einsum: EinSum, D: np.ndarray) -> np.ndarray:
+    """The largest block (elements) of the vertex's operands, as it reads them, and output, per row of D."""
+    ix = _index(einsum)
+    ext = np.ceil(ix.bounds / D.astype(np.float64))
+    blocks = [ext[:, list(t)].prod(axis=1) for t in (*ix.ops, ix.out)]
+    return np.max(blocks, axis=0)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a = np.ascontiguousarray(a)
+    a.setflags(write=False)
+    return a
+
+
+def _cheapest(einsum: EinSum, D: np.ndarray) -> np.ndarray:
+    """At most CAPPED_ROWS rows of D, those that move the fewest elements (join + aggregation)."""
+    if len(D) <= CAPPED_ROWS:
+        return D
+    lc = local_costs(einsum, D)
+    keep = np.sort(np.argsort(lc["join"] + lc["agg"], kind="stable")[:CAPPED_ROWS])
+    return D[keep]
+
+
+@lru_cache(maxsize=4096)
+def capped_viable(einsum: EinSum, p: int, max_block: int | None) -> np.ndarray:
+    """The partitionings the planner chooses among for ``p`` kernel calls when no block of the vertex (an
+    operand as read, the output) may exceed ``max_block`` elements.
+
+    ``viable_array`` at ``effective_p`` when some of those fit; otherwise the fitting rows of the least call
+    count that has any, searched upward from the count the largest tensor needs, and at worst the count of
+    a greedy split (``split_to_fit``), which always fits. Read-only, cached.
+    """
+    base = viable_array(einsum, effective_p(einsum, p))
+    if max_block is None:
+        return base
+    fit = base[block_elements(einsum, base) <= max_block]
+    if len(fit):
+        return _frozen(_cheapest(einsum, fit))
+    bounds = _label_bounds(einsum)
+    sizes = dict(einsum.sizes)
+    tensors = [(labels, 1) for labels in (*einsum.inputs, einsum.output)]
+    blocks = split_to_fit(sizes, tensors, max_block)
+    greedy = np.array([[-(-n // blocks[lab]) for lab, n in einsum.sizes]], dtype=np.int64)
+    top = int(greedy.prod())
+    biggest = max(math.prod(sizes[lab] for lab in labels) for labels, _ in tensors)
+    low = max(int(base[0].prod()) + 1, -(-biggest // max_block))
+    for q in range(low, min(top, low + CAPPED_TRIES)):
+        rows = np.array(_factorizations(bounds, q), dtype=np.int64).reshape(-1, len(bounds))
+        fit = rows[block_elements(einsum, rows) <= max_block] if len(rows) else rows
+        if len(fit):
+            return _frozen(_cheapest(einsum, fit))
+    rows = np.array(_factorizations(bounds, top), dtype=np.int64).reshape(-1, len(bounds))
+    fit = rows[block_elements(einsum, rows) <= max_block]
+    return _frozen(_cheapest(einsum, fit if len(fit) else greedy))
 
 
 # ---- vectorized costs ----------------------------------------------------------------------------------

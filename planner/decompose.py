@@ -24,7 +24,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from .costs import CostModel, _divisors, _index, effective_p, local_costs, repart_matrix, viable_array
+from .costs import (
+    CostModel,
+    _divisors,
+    _index,
+    block_elements,
+    capped_viable,
+    effective_p,
+    local_costs,
+    repart_matrix,
+)
 from .einsum import EinSum, PlanningError
 from .graph import EinGraph, Vertex
 from .strategies import OPERANDS, PLANNER_STRATEGIES
@@ -71,8 +80,8 @@ class Plan:
 
 
 # ---- cached numeric pieces -----------------------------------------------------------------------------
-def _domain(e: EinSum, p: int) -> np.ndarray:
-    return viable_array(e, effective_p(e, p))
+def _domain(e: EinSum, p: int, max_block: int | None = None) -> np.ndarray:
+    return capped_viable(e, p, max_block)
 
 
 def _model_scale(cm: CostModel, calls: np.ndarray) -> np.ndarray:
@@ -130,8 +139,8 @@ def _leading_nudge(e: EinSum, D: np.ndarray, unary: np.ndarray) -> np.ndarray | 
 
 
 @lru_cache(maxsize=4096)
-def _local_vector(e: EinSum, p: int, cm: CostModel | None) -> np.ndarray:
-    t = _local_terms(e, _domain(e, p), cm)
+def _local_vector(e: EinSum, p: int, cm: CostModel | None, max_block: int | None) -> np.ndarray:
+    t = _local_terms(e, _domain(e, p, max_block), cm)
     vec = t["join"] + t["agg"] + t["compute"]
     vec.setflags(write=False)
     return vec
@@ -155,8 +164,10 @@ def _edge_terms(
 
 
 @lru_cache(maxsize=4096)
-def _edge_matrix(eu: EinSum, ev: EinSum, k: int, p: int, cm: CostModel | None) -> np.ndarray:
-    M = _edge_terms(eu, ev, k, _domain(eu, p), _domain(ev, p), cm)
+def _edge_matrix(
+    eu: EinSum, ev: EinSum, k: int, p: int, cm: CostModel | None, max_block: int | None
+) -> np.ndarray:
+    M = _edge_terms(eu, ev, k, _domain(eu, p, max_block), _domain(ev, p, max_block), cm)
     M.setflags(write=False)
     return M
 
@@ -318,17 +329,17 @@ def _min_sum(
 class _Problem:
     """The EinSum vertices of a graph as variables, with cached unary and edge tables."""
 
-    def __init__(self, graph: EinGraph, p: int, cm: CostModel | None) -> None:
+    def __init__(self, graph: EinGraph, p: int, cm: CostModel | None, max_block: int | None = None) -> None:
         self.graph, self.p, self.cm = graph, p, cm
         self.verts = [v for v in graph.vertices if v.einsum is not None]
         self.idx = {v: i for i, v in enumerate(self.verts)}
-        self.D = [_domain(v.einsum, p) for v in self.verts]
+        self.D = [_domain(v.einsum, p, max_block) for v in self.verts]
         self.doms = [len(d) for d in self.D]
         outputs = set(graph.outputs)
         self.unary = [
-            _local_vector(v.einsum, p, cm) + _assemble_vector(v.einsum, d, cm)
+            _local_vector(v.einsum, p, cm, max_block) + _assemble_vector(v.einsum, d, cm)
             if v in outputs
-            else _local_vector(v.einsum, p, cm)
+            else _local_vector(v.einsum, p, cm, max_block)
             for v, d in zip(self.verts, self.D, strict=True)
         ]
         self.nudge = [
@@ -343,7 +354,8 @@ class _Problem:
             if u.einsum is not None
         ]
         self.edge_tab = [
-            _edge_matrix(self.verts[u].einsum, self.verts[v].einsum, k, p, cm) for u, v, k in self.edges
+            _edge_matrix(self.verts[u].einsum, self.verts[v].einsum, k, p, cm, max_block)
+            for u, v, k in self.edges
         ]
 
     def total(self, vals: list[int]) -> float:
@@ -412,19 +424,23 @@ def _eindecomp(prob: _Problem, joint_consumers: int, joint_cap: float) -> tuple[
 
 
 # ---- baselines -----------------------------------------------------------------------------------------
-def _baseline_row(e: EinSum, p: int, strategy: str) -> np.ndarray:
+def _baseline_row(e: EinSum, p: int, strategy: str, max_block: int | None = None) -> np.ndarray:
     """The viable partitioning nearest (in log parts) to the baseline's target; ties favour the labels the
-    baseline splits first. Always a valid vector with N(d) = effective_p(e, p)."""
+    baseline splits first. Always a valid vector with N(d) = effective_p(e, p), or more calls where blocks
+    would exceed ``max_block`` (elements); "none" splits nothing unless a block would exceed it."""
     L = len(e.labels)
-    if strategy == "none" or L == 0:
-        return np.ones((1, L), dtype=np.int64)
-    D = _domain(e, p)
-    q = effective_p(e, p)
+    ones = np.ones((1, L), dtype=np.int64)
+    if L == 0 or (strategy == "none" and (max_block is None or block_elements(e, ones)[0] <= max_block)):
+        return ones
+    D = _domain(e, 1 if strategy == "none" else p, max_block)
+    q = int(D[0].prod())
     ix = _index(e)
     out = list(dict.fromkeys(ix.out)) or [0]
     rest = [i for i in range(L) if i not in out]
     target = np.zeros(L)
-    if strategy == "data":
+    if strategy == "none":
+        prio = out + rest
+    elif strategy == "data":
         target[out[0]] = math.log(q)
         prio = out + rest
     elif strategy == "model":
@@ -443,6 +459,12 @@ def _baseline_row(e: EinSum, p: int, strategy: str) -> np.ndarray:
 
 
 # ---- entry points --------------------------------------------------------------------------------------
+def _check_max_block(max_block: object) -> None:
+    bad = isinstance(max_block, bool) or not isinstance(max_block, int) or max_block < 1
+    if max_block is not None and bad:
+        raise PlanningError(f"max_block must be a positive int (elements) or None, got {max_block!r}")
+
+
 def _check_strategy(strategy: object) -> None:
     """A strategy ``decompose`` computes; "operands" and unknown names raise PlanningError."""
     if strategy == OPERANDS:
@@ -463,10 +485,13 @@ def decompose(
     *,
     joint_consumers: int = 3,
     joint_cap: float = 2**20,
+    max_block: int | None = None,
 ) -> Plan:
     """Partition every EinSum vertex of ``graph`` into ``p`` kernel calls and cost the result.
 
     A vertex too small for p kernel calls gets the largest divisor of p it can take (``effective_p``).
+    ``max_block``: no block of any vertex (an operand as read, an output) may hold more elements; a vertex
+    whose tensors need it gets more than p calls (``capped_viable``).
     ``cost_model`` None costs elements moved (the paper); a CostModel costs seconds. "none" ignores p.
     ``strategy`` is one of ``PLANNER_STRATEGIES``; "operands" (tensorsql's keep-the-blocking strategy, see
     ``planner.strategies``) raises PlanningError, as does an unknown name.
@@ -478,17 +503,25 @@ def decompose(
     _check_strategy(strategy)
     if cost_model is not None and not isinstance(cost_model, CostModel):
         raise PlanningError(f"cost_model must be a CostModel or None, got {type(cost_model).__name__}")
+    _check_max_block(max_block)
     verts = [v for v in graph.vertices if v.einsum is not None]
     notes: list[str] = []
     if strategy == "eindecomp":
-        prob = _Problem(graph, p, cost_model)
+        prob = _Problem(graph, p, cost_model, max_block)
         vals, notes = _eindecomp(prob, joint_consumers, joint_cap)
         rows = {v: prob.D[i][vals[i] : vals[i] + 1] for i, v in enumerate(verts)}
     else:
-        rows = {v: _baseline_row(v.einsum, p, strategy) for v in verts}
+        rows = {v: _baseline_row(v.einsum, p, strategy, max_block) for v in verts}
     small = [v.name for v in verts if strategy != "none" and effective_p(v.einsum, p) != p]
     if small:
         notes.append(f"{len(small)} vertex(es) too small for p={p}, fewer calls: {', '.join(small[:5])}")
+    capped = [v.name for v in verts if int(rows[v].prod()) > max(p, 1) and strategy != "none"]
+    capped += [v.name for v in verts if strategy == "none" and int(rows[v].prod()) > 1]
+    if capped:
+        notes.append(
+            f"{len(capped)} vertex(es) split into more calls to keep blocks within {max_block} elements: "
+            + ", ".join(capped[:5])
+        )
     return _build_plan(graph, rows, p, strategy, cost_model, notes)
 
 
@@ -500,16 +533,22 @@ def _candidates(max_p: int) -> list[int]:
 
 
 def choose_p(
-    graph: EinGraph, max_p: int, cost_model: CostModel | None = None, strategy: str = "eindecomp"
+    graph: EinGraph,
+    max_p: int,
+    cost_model: CostModel | None = None,
+    strategy: str = "eindecomp",
+    *,
+    max_block: int | None = None,
 ) -> int:
     """The kernel-call count (1..max_p: powers of two and multiples of max_p's prime factors) whose plan has
-    the least modelled time. With per-call overhead dominating, fewer larger blocks win."""
+    the least modelled time. With per-call overhead dominating, fewer larger blocks win. ``max_block`` as in
+    ``decompose``."""
     if isinstance(max_p, bool) or not isinstance(max_p, int) or max_p < 1:
         raise PlanningError(f"max_p must be a positive int, got {max_p!r}")
     cm = cost_model if cost_model is not None else CostModel()
     best_p, best_cost = 1, math.inf
     for q in _candidates(max_p):
-        c = decompose(graph, q, strategy, cm).cost
+        c = decompose(graph, q, strategy, cm, max_block=max_block).cost
         if c < best_cost * (1 - 1e-12):
             best_p, best_cost = q, c
     return best_p

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+import os
 import threading
 from collections.abc import Hashable, Sequence
 
@@ -29,6 +30,9 @@ def connect(
     strategy: str = "eindecomp",
     read_only: bool = False,
     progress: bool | None = None,
+    memory_limit: int | str | None = None,
+    temp_directory: str | os.PathLike[str] | None = None,
+    max_block_bytes: int | str | None = None,
 ) -> Session:
     """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing).
 
@@ -37,10 +41,24 @@ def connect(
     file for reading only (several processes may do so at once; a writer holds the file's lock alone);
     ``progress``: a progress bar on stderr for long queries (None: on when stderr is a terminal, unless
     ``TENSORSQL_PROGRESS=0``).
+
+    Memory (README "Memory"): ``memory_limit`` bounds DuckDB's buffers and, separately, the kernels' own
+    memory (bytes, or a size string such as ``"2GB"``, ``"512MiB"``, ``"50%"``; None: DuckDB's default, 80%
+    of the machine's memory); ``temp_directory`` is where DuckDB spills what does not fit; ``max_block_bytes``
+    caps every block a plan makes (None: ``TENSORSQL_MAX_BLOCK_BYTES``, else 256 MiB or less under a small
+    memory_limit). Running out raises OutOfMemoryError.
     """
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
-    executor = DuckDBExecutor(database, threads=threads, read_only=read_only, progress=progress)
+    executor = DuckDBExecutor(
+        database,
+        threads=threads,
+        read_only=read_only,
+        progress=progress,
+        memory_limit=memory_limit,
+        temp_directory=temp_directory,
+        max_block_bytes=max_block_bytes,
+    )
     return Session(executor, strategy=strategy)
 
 

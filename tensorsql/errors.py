@@ -71,7 +71,8 @@ class SessionClosedError(ValueError, TensorSQLError):
 
 
 class OutOfMemoryError(MemoryError, TensorSQLError):
-    """An allocation that this process cannot make (the message says what was allocated, and its size)."""
+    """An allocation that the session's ``memory_limit`` or the machine does not allow (the message says what
+    was allocated, its size, and how to get more)."""
 
 
 class ConfigError(ValueError, TensorSQLError):

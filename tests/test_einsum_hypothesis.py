@@ -123,6 +123,42 @@ def test_random_blocked_einsum_matches_numpy(session, problem: Problem, data):
 
 
 @st.composite
+def repeated_label_problems(draw) -> tuple[Problem, dict[str, int], bool]:
+    """1-2 operands, the first with a label repeated 2-4 times (a diagonal, a trace), label sizes 1-5, and
+    forced ``blocks=`` parts for the repeated label and a random subset of the others (issue 13: a forced
+    split of a repeated label made the blocks' whole cross product). Third: whether operands are relations."""
+    labels = draw(st.lists(st.sampled_from("abcdef"), min_size=1, max_size=3, unique=True))
+    size = {lab: draw(st.integers(1, 5)) for lab in labels}
+    rep = labels[0]
+    terms: list[str] = []
+    for k in range(draw(st.integers(1, 2))):
+        term = draw(st.lists(st.sampled_from(labels), min_size=0, max_size=2))
+        if k == 0:
+            term = draw(st.permutations([rep] * draw(st.integers(2, 4)) + term))
+        terms.append("".join(term))
+    used = list(dict.fromkeys(lab for t in terms for lab in t))
+    out = draw(st.permutations(used))[: draw(st.integers(0, len(used)))]
+    shapes = tuple(tuple(size[lab] for lab in t) for t in terms)
+    forced = {rep, *draw(st.lists(st.sampled_from(used), max_size=len(used)))}
+    blocks = {lab: draw(st.integers(1, size[lab])) for lab in sorted(forced)}
+    problem = Problem(",".join(terms) + "->" + "".join(out), shapes, draw(st.sampled_from(EINSUM_DTYPES)),
+                      draw(st.integers(0, 2**32 - 1)))
+    return problem, blocks, draw(st.booleans())
+
+
+@SETTINGS
+@given(case=repeated_label_problems(), data=st.data())
+def test_repeated_labels_with_forced_blocks_match_numpy(session, case, data):
+    problem, blocks, as_relations = case
+    ops = problem.operands()
+    args: list[object] = list(ops)
+    if as_relations:  # stored blockings that disagree with the forced one: re-split, diagonal blocks only
+        args = [session.from_numpy(o, block_shape=data.draw(_block_shape_for(o.shape))) for o in ops]
+    result = session.einsum(problem.subscripts, *args, blocks=blocks).numpy()
+    _assert_matches_numpy(result, problem, ops)
+
+
+@st.composite
 def arrays_with_blocking(draw, min_dim=1):
     ndim = draw(st.integers(0, 4))
     shape = tuple(draw(st.lists(st.integers(min_dim, 6), min_size=ndim, max_size=ndim)))

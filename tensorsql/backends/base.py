@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
+from tensorsql.ir.blocking import MAX_BLOCK_BYTES
+
 if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
@@ -27,7 +29,9 @@ class EngineProfile:
     split_flops: flops per worker from which one kernel call parallelizes itself (fewer, larger blocks lose
     nothing); step_seconds: what a contraction costs as a query step of its own beyond its kernel work (what
     fusing it saves); pin_pairs: joins of fewer block pairs pin their left side's block shapes (a DuckDB
-    join-buffer workaround); side_joins: whether one-block sides may be paired by position.
+    join-buffer workaround); side_joins: whether one-block sides may be paired by position;
+    max_block_bytes: no block a plan makes (input as read, intermediate, output) may be larger (a session's
+    setting: ``connect(max_block_bytes=...)``).
     """
 
     join_byte: float
@@ -35,6 +39,7 @@ class EngineProfile:
     step_seconds: float
     pin_pairs: int = 0
     side_joins: bool = False
+    max_block_bytes: int = MAX_BLOCK_BYTES
 
 
 @dataclass(frozen=True)

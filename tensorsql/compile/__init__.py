@@ -27,7 +27,7 @@ def compile_plan(
     """Partition (EinDecomp unless told otherwise, or the explicit ``blocks`` per label), lower to TRA, and
     run the physical passes for the engine described by ``profile``."""
     if blocks:
-        part = planning.override_blocks(root, blocks)
+        part = planning.override_blocks(root, blocks, profile.max_block_bytes)
         info = PlanInfo("blocks", 0, notes=[f"explicit blocks={blocks}"])
     else:
         part, info = planning.plan_blocks(root, strategy=strategy, threads=workers, engine=profile)

@@ -60,11 +60,13 @@ def lower(root: E.Node, part: Partitioning, operands: tuple[E.Operand, ...] = ()
                 memo[node] = fused if fused is not None else _lower(node, part, go, reblock)
         return memo[node]
 
-    def reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
-        # one repartition per (relation, target blocking), however many consumers want it
-        key = (rel, tuple(block_shape))
+    def reblock(
+        rel: T.Rel, block_shape: tuple[int, ...], diagonal: tuple[tuple[int, ...], ...] = ()
+    ) -> T.Rel:
+        # one repartition per (relation, target blocking, diagonal), however many consumers want it
+        key = (rel, tuple(block_shape), diagonal)
         if key not in reblocked:
-            reblocked[key] = _reblock(rel, block_shape)
+            reblocked[key] = _reblock(rel, block_shape, diagonal)
         return reblocked[key]
 
     return go(root)
@@ -74,13 +76,21 @@ def _clip(block: int, size: int) -> int:
     return max(1, min(block, size))
 
 
-def _reblock(rel: T.Rel, block_shape: tuple[int, ...]) -> T.Rel:
+def _reblock(rel: T.Rel, block_shape: tuple[int, ...], diagonal: tuple[tuple[int, ...], ...] = ()) -> T.Rel:
     s = rel.schema
     want = {k: _clip(b, s.sizes[k]) for k, b in zip(s.keys, block_shape, strict=True)}
     have = {k: _clip(s.blocks[k], s.sizes[k]) for k in s.keys}
     if want == have:
         return rel
-    return T.Repartition(T.Schema(s.keys, s.blob, s.sizes, want, s.dtype), rel)
+    return T.Repartition(T.Schema(s.keys, s.blob, s.sizes, want, s.dtype), rel, diagonal)
+
+
+def _diagonal(labels: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Groups of the positions that a repeated label ties (``ii`` -> ((0, 1),)): their blocks agree."""
+    at: dict[int, list[int]] = {}
+    for pos, lab in enumerate(labels):
+        at.setdefault(lab, []).append(pos)
+    return tuple(tuple(p) for p in at.values() if len(p) > 1)
 
 
 def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
@@ -106,7 +116,8 @@ def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
     rels: list[T.Rel] = []
     for child, labels in zip(node.inputs, node.in_labels, strict=True):
         sizes.update(zip(labels, child.shape, strict=True))
-        rel = reblock(go(child), tuple(blocks[lab] for lab in labels))
+        # a repeated label reads only the diagonal blocks: a re-split makes no others
+        rel = reblock(go(child), tuple(blocks[lab] for lab in labels), _diagonal(labels))
         names = tuple(label_name(lab) for lab in labels)
         keys = tuple(dict.fromkeys(names))
         schema = T.Schema(

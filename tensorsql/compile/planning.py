@@ -4,7 +4,8 @@ The planner prices inputs as free to split. That holds for array operands (``E.O
 uploads them in the blocking the plan reads them with) but not for stored relations, whose re-split is real
 work; so for stored inputs the EinDecomp plan competes with keeping the operands' own blocking, each charged
 its input repartitions. Engine terms (what a join or a query step costs on this engine) come from the
-executor's ``EngineProfile``.
+executor's ``EngineProfile``, and so does the cap on block bytes: EinDecomp chooses among partitionings whose
+blocks fit it, and ``fit_blocks`` holds every strategy's blocks (explicit ``blocks=`` included) to it.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ from tensorsql.backends.base import EngineProfile
 from tensorsql.compile.fuse import fused_steps
 from tensorsql.compile.lower import default_partitioning
 from tensorsql.compile.plan import PlanInfo
+from tensorsql.dtypes import DTYPES
 from tensorsql.errors import PlanError
 from tensorsql.frontend.subscripts import label_name
 from tensorsql.ir import expr as E
-from tensorsql.ir.blocking import Partitioning, ceil_div, numel
+from tensorsql.ir.blocking import MAX_BLOCK_BYTES, Partitioning, ceil_div, numel
 
 #: every strategy a user can name: the one registry, shared with the planner (``planner.strategies``)
 STRATEGIES = P.STRATEGIES
@@ -216,12 +218,49 @@ def plan_blocks(
     engine: EngineProfile | None = None,
     cost_model: P.CostModel | None = None,
 ) -> tuple[Partitioning, PlanInfo]:
-    """Block sizes for every node of ``root`` under ``strategy`` (see STRATEGIES).
+    """Block sizes for every node of ``root`` under ``strategy`` (see STRATEGIES), every block within the
+    engine's ``max_block_bytes``.
 
     Array operands (``E.Operand``) are free to split; stored relations (``E.Source``) are charged their
     re-split. A graph the planner cannot model (a zero-size dimension, more than 52 labels in a step) keeps
     the operands' blocking, with a note; any other planner error is a bug and surfaces.
     """
+    cap = max_block_bytes(engine)
+    part, info = _plan_blocks(root, strategy, threads, engine, cost_model, cap)
+    return _capped(root, part, info, cap)
+
+
+def max_block_bytes(engine: EngineProfile | None) -> int:
+    return engine.max_block_bytes if engine is not None else MAX_BLOCK_BYTES
+
+
+def _itemsize(dtype: str) -> int:
+    dt = DTYPES.get(dtype)
+    return dt.itemsize if dt is not None else 16
+
+
+def _max_block_elements(root: E.Node, cap: int) -> int:
+    """The cap in elements of the graph's widest dtype (the planner counts elements, not bytes)."""
+    return max(1, cap // max(_itemsize(n.dtype) for n in E.topological(root)))
+
+
+def _capped(
+    root: E.Node, part: Partitioning, info: PlanInfo, cap: int
+) -> tuple[Partitioning, PlanInfo]:
+    fitted = fit_blocks(root, part, cap)
+    if fitted is not part:
+        info.notes.append(f"blocks split further to stay within {cap} bytes (max_block_bytes)")
+    return fitted, info
+
+
+def _plan_blocks(
+    root: E.Node,
+    strategy: str,
+    threads: int,
+    engine: EngineProfile | None,
+    cost_model: P.CostModel | None,
+    cap: int,
+) -> tuple[Partitioning, PlanInfo]:
     if strategy == "operands":
         return default_partitioning(root), PlanInfo("operands", 0, notes=["blocks follow the operands"])
     try:
@@ -233,14 +272,15 @@ def plan_blocks(
     stored = {n for n in inputs if not isinstance(n, E.Operand)}
     total = sum(numel(n.shape) for n in inputs)
     cm = cost_model if cost_model is not None else load_cost_model(threads, engine)
+    limit = _max_block_elements(root, cap)
     try:
         if strategy == "eindecomp":
-            p = 1 if total < SMALL_ELEMENTS else P.choose_p(graph.g, max(1, threads), cm)
+            p = 1 if total < SMALL_ELEMENTS else P.choose_p(graph.g, max(1, threads), cm, max_block=limit)
         else:
             p = max(1, threads)
-        plan = P.decompose(graph.g, p, strategy, cm)
+        plan = P.decompose(graph.g, p, strategy, cm, max_block=limit)
         if strategy == "eindecomp" and p > 1 and cm.join_byte is not None and engine is not None:
-            plan, p = _prefer_fused(root, graph, plan, p, cm, engine.step_seconds)
+            plan, p = _prefer_fused(root, graph, plan, p, cm, engine.step_seconds, limit)
     except P.PlanningError as exc:  # a graph outside the planner's model: keep the operands' blocking
         info = PlanInfo("operands", 0, notes=[f"planner skipped ({exc}); blocks follow the operands"])
         return default_partitioning(root), info
@@ -249,11 +289,12 @@ def plan_blocks(
     chosen = graph.partitioning(plan)
     if strategy == "eindecomp":
         info.more_baselines = lambda: {
-            base: P.decompose(graph.g, max(1, threads), base, cm).cost for base in ("sqrt", "data", "model")
+            base: P.decompose(graph.g, max(1, threads), base, cm, max_block=limit).cost
+            for base in ("sqrt", "data", "model")
         }
         if stored:
             # the operands' own blocking, when re-splitting stored inputs costs more than it saves
-            own = default_partitioning(root)
+            own = fit_blocks(root, default_partitioning(root), cap)
             own_plan = P.evaluate(graph.g, graph.as_partitions(own), cm, p=p, strategy="operands")
             own_cost = own_plan.cost + graph.input_repart(own_plan, stored)
             mine = plan.cost + graph.input_repart(plan, stored)
@@ -275,12 +316,18 @@ def plan_blocks(
 
 
 def _prefer_fused(
-    root: E.Node, graph: _Graph, plan: P.Plan, p: int, cm: P.CostModel, step_seconds: float
+    root: E.Node,
+    graph: _Graph,
+    plan: P.Plan,
+    p: int,
+    cm: P.CostModel,
+    step_seconds: float,
+    max_block: int | None = None,
 ) -> tuple[P.Plan, int]:
     """The plan at ``p`` or the one-block plan (p = 1), whichever costs less once the query steps that fuse
     into one kernel call (``fuse.fused_steps``) are credited ``step_seconds`` each. Only under the engine's
     cost terms: the paper's model has no per-step cost."""
-    one = P.decompose(graph.g, 1, "eindecomp", cm)
+    one = P.decompose(graph.g, 1, "eindecomp", cm, max_block=max_block)
     fused = fused_steps(root, graph.partitioning(one))
     mine = plan.cost - step_seconds * fused_steps(root, graph.partitioning(plan))
     if one.cost - step_seconds * fused < mine:
@@ -292,20 +339,19 @@ def _prefer_fused(
     return plan, p
 
 
-def override_blocks(root: E.Node, parts: dict[int, int]) -> Partitioning:
+def override_blocks(
+    root: E.Node, parts: dict[int, int], max_bytes: int = MAX_BLOCK_BYTES
+) -> Partitioning:
     """Explicit ``blocks={label: parts}``: those labels split so, everything else as the operands are; an
-    array operand is uploaded in the blocking its first consumer reads."""
+    array operand is uploaded in the blocking its first consumer reads. A block that would exceed
+    ``max_bytes`` is split further (``fit_blocks``)."""
     base = default_partitioning(root)
     label_blocks = {}
     shapes = dict(base.block_shapes)
     placed: set[E.Node] = set()
     for node in E.topological(root):
         if isinstance(node, E.EinSum):
-            sizes = {
-                x: n
-                for c, t in zip(node.inputs, node.in_labels, strict=True)
-                for x, n in zip(t, c.shape, strict=True)
-            }
+            sizes = _label_sizes(node)
             blocks = dict(base.label_blocks[node])
             for x in blocks:
                 if x in parts:
@@ -318,7 +364,66 @@ def override_blocks(root: E.Node, parts: dict[int, int]) -> Partitioning:
                     shapes[child] = tuple(blocks[x] for x in labels)
         elif isinstance(node, E.Map | E.Cast):
             shapes[node] = shapes[node.input]
-    return Partitioning(label_blocks, shapes)
+    return fit_blocks(root, Partitioning(label_blocks, shapes), max_bytes)
+
+
+def _label_sizes(node: E.EinSum) -> dict[int, int]:
+    return {
+        x: n
+        for c, t in zip(node.inputs, node.in_labels, strict=True)
+        for x, n in zip(t, c.shape, strict=True)
+    }
+
+
+def _reads(node: E.Node, part: Partitioning) -> dict[E.Node, tuple[int, ...]]:
+    """The block shape ``node`` reads each of its inputs with under ``part``."""
+    if isinstance(node, E.EinSum):
+        blocks = part.label_blocks[node]
+        return {c: tuple(blocks[x] for x in t) for c, t in zip(node.inputs, node.in_labels, strict=True)}
+    if isinstance(node, E.Map | E.Cast):
+        return {node.input: part.block_shapes[node]}
+    return {}
+
+
+def fit_blocks(root: E.Node, part: Partitioning, max_bytes: int) -> Partitioning:
+    """``part`` with every block a plan makes within ``max_bytes``: each EinSum's operands as it reads them
+    and its output, every map and cast, every array operand. A block too big is cut by halving the largest
+    label of the tensor that overflows (``planner.split_to_fit``): blocks within the cap keep their size.
+    Stored relations keep the blocks they were stored with (a plan reads them re-split). Returns ``part``
+    itself when nothing needed a cut."""
+    label_blocks = dict(part.label_blocks)
+    shapes = dict(part.block_shapes)
+    order = list(E.topological(root))
+    for node in order:
+        if isinstance(node, E.EinSum):
+            tensors = [(t, _itemsize(c.dtype)) for c, t in zip(node.inputs, node.in_labels, strict=True)]
+            tensors.append((node.out_labels, _itemsize(node.dtype)))
+            blocks = P.split_to_fit(_label_sizes(node), tensors, max_bytes, part.label_blocks[node])
+            if blocks != part.label_blocks[node]:
+                label_blocks[node] = blocks
+                shapes[node] = tuple(blocks[x] for x in node.out_labels)
+        elif isinstance(node, E.Map | E.Cast):
+            width = max(_itemsize(node.dtype), _itemsize(node.input.dtype))
+            shapes[node] = _fit_shape(node.shape, shapes[node], width, max_bytes)
+    fitted = Partitioning(label_blocks, shapes)
+    for node in order:  # an array operand is read in the blocking of the consumer it was placed for
+        if isinstance(node, E.Operand):
+            consumers = [c for c in order if node in _reads(c, part)]
+            placed = next((c for c in consumers if _reads(c, part)[node] == part.block_shapes[node]), None)
+            shape = _reads(placed, fitted)[node] if placed is not None else shapes[node]
+            shapes[node] = _fit_shape(node.shape, shape, _itemsize(node.dtype), max_bytes)
+    if label_blocks == part.label_blocks and shapes == part.block_shapes:
+        return part
+    return fitted
+
+
+def _fit_shape(
+    shape: tuple[int, ...], block: tuple[int, ...], itemsize: int, max_bytes: int
+) -> tuple[int, ...]:
+    dims = tuple(range(len(shape)))
+    sizes = dict(zip(dims, shape, strict=True))
+    fit = P.split_to_fit(sizes, [(dims, itemsize)], max_bytes, dict(zip(dims, block, strict=True)))
+    return tuple(max(1, min(fit[d], max(1, n))) for d, n in zip(dims, shape, strict=True))
 
 
 __all__ = [
@@ -326,7 +431,9 @@ __all__ = [
     "PlanOptions",
     "check_strategy",
     "cost_model_path",
+    "fit_blocks",
     "load_cost_model",
+    "max_block_bytes",
     "override_blocks",
     "plan_blocks",
 ]

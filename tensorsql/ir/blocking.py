@@ -35,6 +35,18 @@ def numel(shape: Sequence[int]) -> int:
 #: small, small enough that a 2-core machine gets several blocks to work on.
 DEFAULT_BLOCK_ELEMENTS = 1 << 20
 
+#: the default cap on the bytes of any block a plan makes (README "Memory"). A kernel call holds a few
+#: blocks at once (two operands, the output, packing scratch, DuckDB's copy of its result), and every
+#: DuckDB thread may be in one, so the cap bounds a query's working memory by a small multiple of
+#: threads x cap; 256 MiB keeps that well under a machine's memory while a block stays big enough that
+#: the per-call overhead (~3 us) is nothing against its kernel work (a 256 MiB float32 GEMM block is
+#: 8192^2), and far under DuckDB's 4 GiB BLOB and Arrow's 2 GiB binary limits.
+MAX_BLOCK_BYTES = 256 << 20
+#: the least and the most a cap may be: a block must hold one complex128 element at least, and fit one
+#: Arrow binary value (int32 offsets) at most
+MIN_BLOCK_BYTES = 1 << 10
+LIMIT_BLOCK_BYTES = (1 << 31) - 1
+
 
 def default_block_shape(shape: tuple[int, ...], target: int = DEFAULT_BLOCK_ELEMENTS) -> tuple[int, ...]:
     block = [max(1, n) for n in shape]

@@ -72,9 +72,14 @@ class Relabel(Rel):
 
 @dataclass(frozen=True, eq=False)
 class Repartition(Rel):
-    """Same tensor, new block sizes (``schema.blocks``): slice overlapping blocks and reassemble."""
+    """Same tensor, new block sizes (``schema.blocks``): slice overlapping blocks and reassemble.
+
+    ``diagonal``: groups of key positions that a repeated label ties (a Relabel above keeps only blocks whose
+    keys agree along them): only those diagonal blocks are made, never the blocks' cross product.
+    """
 
     child: Rel
+    diagonal: tuple[tuple[int, ...], ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -195,6 +200,9 @@ def render(rel: Rel) -> str:
             return f"{type(r).__name__} agg={r.agg} {base}"
         if isinstance(r, MapBlocks):
             return f"Map {r.fn}{'' if r.param is None else f'({r.param})'} {base}"
+        if isinstance(r, Repartition) and r.diagonal:
+            tied = " ".join("=".join(s.keys[i] for i in g) for g in r.diagonal)
+            return f"Repartition diagonal({tied}) {base}"
         if isinstance(r, Fused):
             steps = "; ".join(
                 f"{i},{j}:{','.join(x)}*{','.join(y)}->{','.join(z)}" for i, j, x, y, z in r.steps

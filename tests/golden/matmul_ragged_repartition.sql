@@ -1,20 +1,20 @@
 WITH "t0" AS (
   SELECT
     "c"."k0" AS "k0",
-    CAST("r1"."k1" AS INT) AS "k1",
+    CAST("c"."__ts_r1" AS INT) AS "k1",
     tensor_assemble(
       'float64',
       tensor_slice(
         'float64',
         "c"."tensor",
         [least(2, 5 - 2 * "c"."k0"), 4],
-        [0, greatest("c"."k1" * 4, "r1"."k1" * 3) - "c"."k1" * 4],
+        [0, greatest("c"."k1" * 4, "c"."__ts_r1" * 3) - "c"."k1" * 4],
         [
           least(2, 5 - 2 * "c"."k0"),
           least(least((
             "c"."k1" + 1
           ) * 4, 4), (
-            "r1"."k1" + 1
+            "c"."__ts_r1" + 1
           ) * 3) - "c"."k1" * 4
         ]
       ),
@@ -23,21 +23,27 @@ WITH "t0" AS (
         least(least((
           "c"."k1" + 1
         ) * 4, 4), (
-          "r1"."k1" + 1
-        ) * 3) - greatest("c"."k1" * 4, "r1"."k1" * 3)
+          "c"."__ts_r1" + 1
+        ) * 3) - greatest("c"."k1" * 4, "c"."__ts_r1" * 3)
       ],
-      [0, greatest("c"."k1" * 4, "r1"."k1" * 3) - "r1"."k1" * 3],
-      [least(2, 5 - 2 * "c"."k0"), least(3, 4 - 3 * "r1"."k1")]
+      [0, greatest("c"."k1" * 4, "c"."__ts_r1" * 3) - "c"."__ts_r1" * 3],
+      [least(2, 5 - 2 * "c"."k0"), least(3, 4 - 3 * "c"."__ts_r1")]
     ) AS "tensor"
-  FROM "A" AS "c"
-  CROSS JOIN range("c"."k1" * 4 // 3, (
-    least((
-      "c"."k1" + 1
-    ) * 4, 4) - 1
-  ) // 3 + 1) AS "r1"("k1")
+  FROM (
+    SELECT
+      *,
+      UNNEST(
+        range("c"."k1" * 4 // 3, (
+          least((
+            "c"."k1" + 1
+          ) * 4, 4) - 1
+        ) // 3 + 1)
+      ) AS "__ts_r1"
+    FROM "A" AS "c"
+  ) AS "c"
   GROUP BY
     "c"."k0",
-    CAST("r1"."k1" AS INT)
+    CAST("c"."__ts_r1" AS INT)
 ), "t1" AS (
   SELECT
     "x"."k0" AS "k0",

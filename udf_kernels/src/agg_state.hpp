@@ -34,11 +34,13 @@ template <class S>
 void state_finalize(duckdb_function_info info, duckdb_aggregate_state *source, duckdb_vector result, idx_t count,
                     idx_t offset) {
 	guard_aggregate(info, S::kName, [&] {
+		CallCharge charged(memory_of_info(duckdb_aggregate_function_get_extra_info(info)), S::kName);
 		for (idx_t i = 0; i < count; i++) {
 			const S *st = slot<S>(source[i]);
 			if (st == nullptr) {
 				set_null(result, offset + i);
 			} else {
+				charged.add(st->buf.size(), "the result blobs of a chunk");
 				set_blob(result, offset + i, st->buf.data(), st->buf.size());
 			}
 		}
@@ -95,11 +97,7 @@ inline duckdb_aggregate_function make_aggregate(const AggDef &d) {
 	return f;
 }
 
-inline bool register_one(duckdb_connection con, const AggDef &d) {
-	duckdb_aggregate_function f = make_aggregate(d);
-	bool ok = duckdb_register_aggregate_function(con, f) == DuckDBSuccess;
-	duckdb_destroy_aggregate_function(&f);
-	return ok;
-}
+// Registers the aggregate with the budget as its extra info (einsum.cpp).
+bool register_budgeted_aggregate(duckdb_connection con, const AggDef &def, const std::shared_ptr<ThreadBudget> &budget);
 
 } // namespace tsk

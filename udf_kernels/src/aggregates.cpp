@@ -37,6 +37,7 @@ void reduce_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_ag
 	using S = ReduceState<A>;
 	const char *FN = S::kName;
 	guard_aggregate(info, FN, [&] {
+		MemoryBudget *mem = memory_of_info(duckdb_aggregate_function_get_extra_info(info));
 		BlobCol x(input, 0);
 		DTypeCol dtype_c(input, 1);
 		update_rows(input, all_valid(x, dtype_c), [&](idx_t row) {
@@ -48,6 +49,7 @@ void reduce_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_ag
 				check_reducible<A>(FN, dt);
 				auto fresh = std::make_unique<S>();
 				fresh->dtype = dt;
+				fresh->buf.charge_to(mem, FN, "a group's block");
 				unsigned char *p = fresh->buf.resize(xb.size);
 				if (xb.size) {
 					std::memcpy(p, xb.data, xb.size);
@@ -106,6 +108,7 @@ struct AssembleState {
 void assemble_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
 	static constexpr const char *FN = AssembleState::kName;
 	guard_aggregate(info, FN, [&] {
+		MemoryBudget *mem = memory_of_info(duckdb_aggregate_function_get_extra_info(info));
 		DTypeCol dtype_c(input, 0);
 		BlockCol x(input, 1, 2, "x");
 		ListCol off_c(input, 3), outs_c(input, 4);
@@ -132,7 +135,7 @@ void assemble_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_
 				auto fresh = std::make_unique<AssembleState>();
 				fresh->dtype = dt;
 				fresh->out_shape = outs;
-				fresh->buf.zeros(out_numel * itemsize(dt));
+				fresh->buf.charge_to(mem, FN, "an assembled block").zeros(out_numel * itemsize(dt));
 				st = fresh.release();
 			} else {
 				check_same_dtype(FN, st->dtype, dt);
@@ -198,6 +201,7 @@ template <class V>
 void pack_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggregate_state *states) {
 	static constexpr const char *FN = PackState::kName;
 	guard_aggregate(info, FN, [&] {
+		MemoryBudget *mem = memory_of_info(duckdb_aggregate_function_get_extra_info(info));
 		DTypeCol dtype_c(input, 0);
 		Col idx_c(input, 1), val_c(input, 2), numel_c(input, 3);
 		const V *values = static_cast<const V *>(duckdb_vector_get_data(duckdb_data_chunk_get_vector(input, 2)));
@@ -211,7 +215,7 @@ void pack_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggr
 				auto fresh = std::make_unique<PackState>();
 				fresh->dtype = dt;
 				fresh->numel = numel;
-				fresh->buf.zeros(static_cast<size_t>(numel) * itemsize(dt));
+				fresh->buf.charge_to(mem, FN, "a packed block").zeros(static_cast<size_t>(numel) * itemsize(dt));
 				st = fresh.release();
 			} else {
 				check_same_dtype(FN, st->dtype, dt);
@@ -267,10 +271,11 @@ AggDef reduce_def() {
 
 } // namespace
 
-bool register_aggregates(duckdb_connection con) {
+bool register_aggregates(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget) {
+	auto register_one = [&](const AggDef &d) { return register_budgeted_aggregate(con, d, budget); };
 	// tensor_sum, tensor_max, ...: one block aggregate per aggregation of the operator table (ops.hpp)
-	bool ok = all_aggs([&](auto tag) { return register_one(con, reduce_def<decltype(tag)>()); });
-	ok = ok && register_one(con, AggDef {"tensor_assemble",
+	bool ok = all_aggs([&](auto tag) { return register_one(reduce_def<decltype(tag)>()); });
+	ok = ok && register_one(AggDef {"tensor_assemble",
 	                                     {Ty::Varchar, Ty::Blob, Ty::ListBigInt, Ty::ListBigInt, Ty::ListBigInt},
 	                                     state_init<AssembleState>,
 	                                     assemble_update,
@@ -289,6 +294,8 @@ bool register_aggregates(duckdb_connection con) {
 	    make_aggregate(AggDef {"tensor_pack", {Ty::Varchar, Ty::BigInt, Ty::BigInt, Ty::BigInt},
 	                           state_init<PackState>, pack_update<int64_t>, pack_combine,
 	                           state_finalize<PackState>, state_destroy<PackState>});
+	attach_budget(pd, budget);
+	attach_budget(pi, budget);
 	ok = duckdb_add_aggregate_function_to_set(set, pd) == DuckDBSuccess &&
 	     duckdb_add_aggregate_function_to_set(set, pi) == DuckDBSuccess &&
 	     duckdb_register_aggregate_function_set(con, set) == DuckDBSuccess;

@@ -46,6 +46,42 @@ constexpr uint64_t kMaxBlobBytes = 0xFFFFFFFFull;
 // Upper bound on the iteration count of one einsum call (label-size product); beyond it is absurd.
 constexpr uint64_t kMaxIterations = uint64_t(1) << 62;
 
+// Every error of a kernel that ran out of memory contains this marker; tensorsql maps it to OutOfMemoryError.
+constexpr const char *kOutOfMemory = "tensorsql: out of memory";
+
+// One database's byte budget for the kernels' own memory (control.hpp; its Control owns it). Big buffers charge
+// it before they allocate and release it when freed; a charge that would pass the limit fails with an error
+// carrying kOutOfMemory that names the function, what it was allocating and the sizes. Both are no-ops for a
+// null budget (defined in control.cpp).
+class MemoryBudget;
+void memory_charge(MemoryBudget *m, uint64_t bytes, const char *fn, const char *what);
+void memory_release(MemoryBudget *m, uint64_t bytes) noexcept;
+// The error for an allocation the system refused (after the budget allowed it).
+[[noreturn]] void out_of_memory(const char *fn, const char *what, uint64_t bytes);
+
+// The blobs one call hands to DuckDB, which copies each into its result vector: charged to the budget until the
+// call returns (DuckDB frees them once it has consumed the chunk, which the kernels cannot see), so a single
+// chunk of results cannot pass the limit unnoticed.
+class CallCharge {
+public:
+	CallCharge(MemoryBudget *m, const char *fn) : m_(m), fn_(fn) {
+	}
+	CallCharge(const CallCharge &) = delete;
+	CallCharge &operator=(const CallCharge &) = delete;
+	~CallCharge() {
+		memory_release(m_, held_);
+	}
+	void add(uint64_t bytes, const char *what) {
+		memory_charge(m_, bytes, fn_, what);
+		held_ += bytes;
+	}
+
+private:
+	MemoryBudget *m_;
+	const char *fn_;
+	uint64_t held_ = 0;
+};
+
 using Shape = std::vector<int64_t>;
 
 inline std::string quoted(const std::string &s) {
@@ -203,9 +239,14 @@ inline uint64_t checked_numel(const Shape &shape, size_t itemsize, const char *f
 // a 64 MiB block took ~50 ms. Every non-const accessor counts as a write. Buffers of 2 MiB and more are
 // 2 MiB-aligned and advised for transparent huge pages: a first touch then faults once per 2 MiB instead of
 // once per 4 KiB page, which on this kind of VM is what makes fresh memory ~4x slower to fill than reused.
+//
+// A buffer bound to a memory budget (charge_to) charges every allocation to it and releases it when the
+// storage is freed; copies keep the binding.
 class AlignedBuf {
 public:
 	AlignedBuf() = default;
+	AlignedBuf(MemoryBudget *m, const char *fn, const char *what) : mem_(m), fn_(fn), what_(what) {
+	}
 	AlignedBuf(const AlignedBuf &) = default;
 	AlignedBuf &operator=(const AlignedBuf &) = default;
 	AlignedBuf(AlignedBuf &&) noexcept = default;
@@ -248,6 +289,17 @@ public:
 	bool empty() const {
 		return size_ == 0;
 	}
+	// Charges this buffer's allocations to m (null: none); fn and what name it in an out-of-memory error.
+	AlignedBuf &charge_to(MemoryBudget *m, const char *fn, const char *what) {
+		mem_ = m;
+		fn_ = fn;
+		what_ = what;
+		return *this;
+	}
+	// An empty buffer charged like this one.
+	AlignedBuf sibling() const {
+		return AlignedBuf(mem_, fn_, what_);
+	}
 
 private:
 	static constexpr size_t kAlign = 64;
@@ -270,22 +322,32 @@ private:
 		store_ = std::move(fresh);
 		cap_ = cap;
 	}
-	static std::shared_ptr<unsigned char> allocate(size_t bytes) {
+	std::shared_ptr<unsigned char> allocate(size_t bytes) const {
 		if (bytes == 0) {
 			return nullptr;
 		}
 		const size_t align = bytes >= kHuge ? kHuge : kAlign;
+		if (bytes > std::numeric_limits<size_t>::max() - align) {
+			out_of_memory(fn_, what_, bytes);
+		}
 		const size_t rounded = (bytes + align - 1) / align * align;
+		memory_charge(mem_, rounded, fn_, what_);
 		void *p = std::aligned_alloc(align, rounded);
 		if (p == nullptr) {
-			throw std::bad_alloc();
+			memory_release(mem_, rounded);
+			out_of_memory(fn_, what_, rounded);
 		}
 #ifdef MADV_HUGEPAGE
 		if (align == kHuge) {
 			madvise(p, rounded, MADV_HUGEPAGE); // advice only: failure leaves ordinary pages
 		}
 #endif
-		return std::shared_ptr<unsigned char>(static_cast<unsigned char *>(p), [](unsigned char *q) { std::free(q); });
+		// (should the control block's allocation fail, shared_ptr runs the deleter: freed and released)
+		MemoryBudget *m = mem_;
+		return std::shared_ptr<unsigned char>(static_cast<unsigned char *>(p), [m, rounded](unsigned char *q) {
+			std::free(q);
+			memory_release(m, rounded);
+		});
 	}
 	unsigned char *raw() const {
 		return store_.get();
@@ -294,6 +356,9 @@ private:
 	std::shared_ptr<unsigned char> store_;
 	size_t cap_ = 0; // bytes
 	size_t size_ = 0;
+	MemoryBudget *mem_ = nullptr;
+	const char *fn_ = "tensorsql kernel";
+	const char *what_ = "a buffer";
 };
 
 // Returns a pointer to the blob's elements usable as T*: the blob itself when suitably aligned,
@@ -341,7 +406,7 @@ void guard_with(SetError set_error, const char *fn, F &&body) noexcept {
 	} catch (const KernelError &e) {
 		set_error(e.what());
 	} catch (const std::bad_alloc &) {
-		set_error((std::string(fn) + ": out of memory").c_str());
+		set_error((std::string(fn) + ": " + kOutOfMemory + " (the system refused an allocation)").c_str());
 	} catch (const std::exception &e) {
 		set_error((std::string(fn) + ": internal error: " + e.what()).c_str());
 	} catch (...) {

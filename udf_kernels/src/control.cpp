@@ -61,6 +61,40 @@ void Control::interrupted(const char *fn) {
 	fail(std::string(fn) + ": " + kInterrupted + " (the query was cancelled)");
 }
 
+void MemoryBudget::charge(uint64_t bytes, const char *fn, const char *what) {
+	uint64_t cur = used_.load(std::memory_order_relaxed);
+	while (true) {
+		const uint64_t lim = limit();
+		if (lim != 0 && (bytes > lim || cur > lim - bytes)) {
+			fail(std::string(fn) + ": " + kOutOfMemory + ": allocating " + std::to_string(bytes) + " bytes for " +
+			     what + " would pass the kernels' memory limit of " + std::to_string(lim) + " bytes (" +
+			     std::to_string(cur) +
+			     " in use); raise it with tensorsql.connect(memory_limit=...), or use smaller blocks "
+			     "(connect(max_block_bytes=...))");
+		}
+		if (used_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed)) {
+			return;
+		}
+	}
+}
+
+void memory_charge(MemoryBudget *m, uint64_t bytes, const char *fn, const char *what) {
+	if (m != nullptr) {
+		m->charge(bytes, fn, what);
+	}
+}
+
+void memory_release(MemoryBudget *m, uint64_t bytes) noexcept {
+	if (m != nullptr && bytes != 0) {
+		m->release(bytes);
+	}
+}
+
+void out_of_memory(const char *fn, const char *what, uint64_t bytes) {
+	fail(std::string(fn) + ": " + kOutOfMemory + ": the system could not allocate " + std::to_string(bytes) +
+	     " bytes for " + what + "; lower tensorsql.connect(memory_limit=...) below the memory this machine has");
+}
+
 void Control::reset() noexcept {
 	done_.store(0, std::memory_order_relaxed);
 	total_.store(0, std::memory_order_relaxed);
@@ -100,5 +134,19 @@ int tensorsql_progress(int64_t token, double *done, double *total) {
 		return -1;
 	}
 	return tsk::with_control(token, [&](const tsk::Control &c) { c.progress(*done, *total); });
+}
+
+int tensorsql_memory_limit(int64_t token, uint64_t bytes) {
+	return tsk::with_control(token, [&](tsk::Control &c) { c.memory().set_limit(bytes); });
+}
+
+int tensorsql_memory(int64_t token, uint64_t *used, uint64_t *limit) {
+	if (used == nullptr || limit == nullptr) {
+		return -1;
+	}
+	return tsk::with_control(token, [&](tsk::Control &c) {
+		*used = c.memory().used();
+		*limit = c.memory().limit();
+	});
 }
 }

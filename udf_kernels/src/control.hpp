@@ -15,6 +15,12 @@
 // Work is counted in flops as tensorsql's planner counts them (2 * the product of a binary einsum's label
 // sizes); kernels without a budget (maps, slices, the plain aggregates) count nothing: they are memory-bound
 // and DuckDB's own interrupt check between chunks stops them.
+//
+// Memory: the Control also owns the database's MemoryBudget, a byte limit on the kernels' own memory (their
+// block buffers, aggregate states and packing scratch, and the result blobs of the call in progress), which
+// DuckDB's memory_limit does not see. tensorsql sets it to the session's memory_limit
+// (tensorsql_memory_limit); a kernel whose allocation would pass it fails with kOutOfMemory instead of growing
+// the process until the system's OOM killer ends it. 0 (the default) is no limit.
 #pragma once
 
 #include "common.hpp"
@@ -26,6 +32,29 @@ namespace tsk {
 
 // Every error of a cancelled kernel contains this marker; tensorsql maps it to KeyboardInterrupt.
 constexpr const char *kInterrupted = "tensorsql: interrupted";
+
+// The kernels' memory of one database (see the header comment): atomic counters, any thread.
+class MemoryBudget {
+public:
+	void set_limit(uint64_t bytes) noexcept {
+		limit_.store(bytes, std::memory_order_relaxed);
+	}
+	uint64_t limit() const noexcept {
+		return limit_.load(std::memory_order_relaxed);
+	}
+	uint64_t used() const noexcept {
+		return used_.load(std::memory_order_relaxed);
+	}
+	// Counts `bytes` as used, or fails with the out-of-memory error (naming fn and what) when that would pass
+	// the limit; nothing is counted then.
+	void charge(uint64_t bytes, const char *fn, const char *what);
+	void release(uint64_t bytes) noexcept {
+		used_.fetch_sub(bytes, std::memory_order_relaxed);
+	}
+
+private:
+	std::atomic<uint64_t> limit_ {0}, used_ {0};
+};
 
 class Control {
 public:
@@ -63,6 +92,9 @@ public:
 		done = static_cast<double>(done_.load(std::memory_order_relaxed));
 		total = static_cast<double>(total_.load(std::memory_order_relaxed));
 	}
+	MemoryBudget &memory() noexcept {
+		return memory_;
+	}
 
 private:
 	static uint64_t units(double work) {
@@ -70,6 +102,7 @@ private:
 	}
 	std::atomic<bool> cancel_ {false};
 	std::atomic<uint64_t> done_ {0}, total_ {0};
+	MemoryBudget memory_;
 	int64_t token_ = 0;
 };
 
@@ -132,4 +165,8 @@ __attribute__((visibility("default"))) int tensorsql_cancel(int64_t token);
 __attribute__((visibility("default"))) int tensorsql_reset(int64_t token);
 // The work (flops) finished and announced by the database's kernels since the last reset. 0, or -1.
 __attribute__((visibility("default"))) int tensorsql_progress(int64_t token, double *done, double *total);
+// Sets the byte limit of the database's kernel memory (0: none). 0, or -1 when no database has the token.
+__attribute__((visibility("default"))) int tensorsql_memory_limit(int64_t token, uint64_t bytes);
+// The bytes the database's kernels hold now, and their limit. 0, or -1.
+__attribute__((visibility("default"))) int tensorsql_memory(int64_t token, uint64_t *used, uint64_t *limit);
 }

@@ -285,7 +285,10 @@ namespace {
 // scratch of one call: tensor_einsum returns it as a blob, tensor_einsum_into writes it into a result sink.
 class RowProduct {
 public:
-	explicit RowProduct(ThreadBudget *budget) : budget_(budget), scratch_(kernel_path_of(budget)) {
+	RowProduct(ThreadBudget *budget, const char *fn)
+	    : budget_(budget), scratch_(kernel_path_of(budget), memory_of(budget)),
+	      xa_(memory_of(budget), fn, "an aligned copy of operand x"),
+	      ya_(memory_of(budget), fn, "an aligned copy of operand y"), zb_(memory_of(budget), fn, "the output block") {
 	}
 	// Plans row r's product (args holds its shapes); returns the output block's shape.
 	const Shape &plan(const EinsumArgs &args, const EinsumArgs::Row &r, const char *fn) {
@@ -341,7 +344,9 @@ void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 	static constexpr const char *FN = "tensor_einsum";
 	guard_scalar(info, FN, [&] {
 		EinsumArgs args(input);
-		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)));
+		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
+		RowProduct product(budget, FN);
+		CallCharge charged(memory_of(budget), FN);
 		scalar_rows(input, output, all_valid(args), [&](idx_t row) {
 			const EinsumArgs::Row r = args.read(row, FN);
 			product.plan(args, r, FN);
@@ -349,6 +354,7 @@ void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 				using T = typename decltype(tag)::type;
 				product.run<T>(r, product.scratch<T>(), FN);
 			});
+			charged.add(product.numel() * itemsize(r.dt), "the result blobs of a chunk");
 			set_blob(output, row, product.scratch_data(), product.numel() * itemsize(r.dt));
 		});
 	});
@@ -363,7 +369,7 @@ void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duck
 	guard_scalar(info, FN, [&] {
 		SinkArgs sargs(input);
 		EinsumArgs args(input, 2);
-		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)));
+		RowProduct product(budget_of(duckdb_scalar_function_get_extra_info(info)), FN);
 		int64_t *out = static_cast<int64_t *>(duckdb_vector_get_data(output));
 		scalar_rows(input, output, all_valid(sargs, args), [&](idx_t row) {
 			const Sink &sink = sargs.read(row, FN);
@@ -458,7 +464,7 @@ void EinsumAggState::to_z() {
 	if (layout.empty()) {
 		return;
 	}
-	AlignedBuf z;
+	AlignedBuf z = buf.sibling();
 	z.resize(buf.size());
 	dispatch(dtype, [&](auto tag) {
 		using T = typename decltype(tag)::type;
@@ -731,9 +737,10 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	}
 	if (!parallel) {
 		held.release(); // each GEMM below takes its own tokens
-		GemmScratch scratch(kernel_path_of(budget));
+		GemmScratch scratch(kernel_path_of(budget), memory_of(budget));
 		scratch.control = control_of(budget);
-		AlignedBuf xa, ya;
+		AlignedBuf xa(memory_of(budget), EinsumAggState::kName, "an aligned copy of operand x");
+		AlignedBuf ya(memory_of(budget), EinsumAggState::kName, "an aligned copy of operand y");
 		PackCache packs;
 		for (const auto &w : rows) {
 			check(scratch.control, EinsumAggState::kName);
@@ -744,9 +751,10 @@ void run_gemm_rows(std::vector<GemmRow> &rows, ThreadBudget *budget) {
 	std::vector<std::exception_ptr> errors(static_cast<size_t>(got));
 	budget->run(got, [&](int t) {
 		try {
-			GemmScratch scratch(budget->path());
+			GemmScratch scratch(budget->path(), memory_of(budget));
 			scratch.control = control_of(budget);
-			AlignedBuf xa, ya;
+			AlignedBuf xa(memory_of(budget), EinsumAggState::kName, "an aligned copy of operand x");
+			AlignedBuf ya(memory_of(budget), EinsumAggState::kName, "an aligned copy of operand y");
 			// This thread owns whole groups, so their rows may run in any order: rows that share an X block
 			// (one block of A times a row of B blocks) run back to back, and BLAS packs that block from
 			// cache instead of memory each time
@@ -791,7 +799,8 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 		EinsumArgs args(input, into ? 2 : 0);
 		ContractionStore contractions;
 		PlanCache plans;
-		AlignedBuf xa, ya;
+		AlignedBuf xa(memory_of(budget), FN, "an aligned copy of operand x");
+		AlignedBuf ya(memory_of(budget), FN, "an aligned copy of operand y");
 		std::vector<GemmRow> gemm_rows;
 		auto valid = [&](idx_t row) { return args.valid(row) && (!into || sargs->valid(row)); };
 		update_rows(input, valid, [&](idx_t row) {
@@ -827,6 +836,7 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 					fresh->dtype = r.dt;
 					fresh->agg = r.agg;
 					fresh->out_shape = *out_shape;
+					fresh->buf.charge_to(memory_of(budget), FN, "a group's output block");
 					fresh->buf.resize(out_numel * sizeof(T)); // filled by the first row (see fresh)
 					if (into) {
 						fresh->sink_key = sargs->key;
@@ -948,6 +958,10 @@ ThreadBudget *budget_of(void *extra) {
 	return extra == nullptr ? nullptr : static_cast<BudgetPtr *>(extra)->get();
 }
 
+MemoryBudget *memory_of_info(void *extra) {
+	return memory_of(budget_of(extra));
+}
+
 namespace {
 
 void delete_budget(void *p) {
@@ -955,6 +969,22 @@ void delete_budget(void *p) {
 }
 
 } // namespace
+
+void attach_budget(duckdb_scalar_function f, const BudgetPtr &budget) {
+	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_budget);
+}
+
+void attach_budget(duckdb_aggregate_function a, const BudgetPtr &budget) {
+	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
+}
+
+bool register_budgeted_aggregate(duckdb_connection con, const AggDef &def, const BudgetPtr &budget) {
+	duckdb_aggregate_function a = make_aggregate(def);
+	attach_budget(a, budget);
+	const bool ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
+	duckdb_destroy_aggregate_function(&a);
+	return ok;
+}
 
 bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
                          duckdb_scalar_function_t fn, const BudgetPtr &budget, bool side_effects,
@@ -975,23 +1005,11 @@ bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializ
 	if (side_effects) {
 		duckdb_scalar_function_set_volatile(f);
 	}
-	duckdb_scalar_function_set_extra_info(f, new BudgetPtr(budget), delete_budget);
+	attach_budget(f, budget);
 	const bool ok = duckdb_register_scalar_function(con, f) == DuckDBSuccess;
 	duckdb_destroy_scalar_function(&f);
 	return ok;
 }
-
-namespace {
-
-bool add_budgeted_aggregate(duckdb_connection con, const AggDef &def, const BudgetPtr &budget) {
-	duckdb_aggregate_function a = make_aggregate(def);
-	duckdb_aggregate_function_set_extra_info(a, new BudgetPtr(budget), delete_budget);
-	const bool ok = duckdb_register_aggregate_function(con, a) == DuckDBSuccess;
-	duckdb_destroy_aggregate_function(&a);
-	return ok;
-}
-
-} // namespace
 
 bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	using T = Ty;
@@ -1000,7 +1018,7 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	return add_budgeted_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum, budget, false) &&
 	       add_budgeted_scalar(con, "tensor_einsum_into", {I, L, V, V, V, V, B, L, B, L}, I, tensor_einsum_into,
 	                           budget, true) &&
-	       add_budgeted_aggregate(con,
+	       register_budgeted_aggregate(con,
 	                              AggDef {EinsumAggState::kName,
 	                                      {V, V, V, V, B, L, B, L},
 	                                      state_init<EinsumAggState>,
@@ -1009,7 +1027,7 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	                                      einsum_agg_finalize,
 	                                      state_destroy<EinsumAggState>},
 	                              budget) &&
-	       add_budgeted_aggregate(con,
+	       register_budgeted_aggregate(con,
 	                              AggDef {kAggInto,
 	                                      {I, L, V, V, V, V, B, L, B, L},
 	                                      state_init<EinsumAggState>,
@@ -1029,7 +1047,9 @@ void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 		BlockCol x(input, 3, 4, "x");
 		Cached<Spec> specs;
 		Cached<Agg> aggs;
-		AlignedBuf xa, zb;
+		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		AlignedBuf xa(mem, FN, "an aligned copy of operand x"), zb(mem, FN, "the output block");
+		CallCharge charged(mem, FN);
 		static const char *const names[] = {"x", "y"};
 		scalar_rows(input, output, all_valid(spec_c, agg_c, dtype_c, x), [&](idx_t row) {
 			const Spec &spec = specs.get(spec_c.str(row), [](const Bytes &b) { return parse_spec(b, 1, FN); });
@@ -1045,6 +1065,7 @@ void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 				T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
 				run_agg<T, JMul, false>(agg, plan, xp, xp, z, FN);
 			});
+			charged.add(out_bytes, "the result blobs of a chunk");
 			set_blob(output, row, zb.data(), out_bytes);
 		});
 	});

@@ -39,8 +39,9 @@ void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duck
 void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 bool register_path_functions(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
 
-// aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack.
-bool register_aggregates(duckdb_connection con);
+// aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack (their states are charged to
+// the budget's memory).
+bool register_aggregates(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
 
 // kernel_path.cpp: the database's kernel path (TENSORSQL_KERNEL_PATH at load); registered with the budget.
 void tensorsql_kernel_path(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
@@ -72,6 +73,11 @@ private:
 // that must run once per row) are volatile, so DuckDB never folds, merges or moves their calls;
 // blob_varargs: any number of BLOB arguments after `params`.
 ThreadBudget *budget_of(void *extra);
+// The kernel memory budget (control.hpp) of a function's extra info; null when it has no thread budget.
+MemoryBudget *memory_of_info(void *extra);
+// Gives a function the budget as its extra info (owned by the function from then on).
+void attach_budget(duckdb_scalar_function f, const std::shared_ptr<ThreadBudget> &budget);
+void attach_budget(duckdb_aggregate_function a, const std::shared_ptr<ThreadBudget> &budget);
 bool add_budgeted_scalar(duckdb_connection con, const char *name, std::initializer_list<Ty> params, Ty ret,
                          duckdb_scalar_function_t fn, const std::shared_ptr<ThreadBudget> &budget, bool side_effects,
                          bool blob_varargs = false);

@@ -202,6 +202,11 @@ inline Control *control_of(ThreadBudget *budget) {
 	return budget != nullptr ? &budget->control() : nullptr;
 }
 
+// The database's kernel memory budget (control.hpp), or null without a budget (nothing is charged then).
+inline MemoryBudget *memory_of(ThreadBudget *budget) {
+	return budget != nullptr ? &budget->control().memory() : nullptr;
+}
+
 // The GEMM path of the database whose budget this is (auto's choice without a budget).
 inline KernelPath kernel_path_of(const ThreadBudget *budget) {
 	return budget != nullptr ? budget->path() : auto_kernel_path();
@@ -263,7 +268,10 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 // A GEMM caller's working buffers, and its database's kernel path (ThreadBudget::path(), kernel_path.hpp):
 // contract() takes the path from here, since the budget it is given may be null (a single-threaded GEMM).
 struct GemmScratch {
-	explicit GemmScratch(KernelPath kernel_path) : path(kernel_path) {
+	// mem: the budget the packed copies and the product scratch are charged to (null: none)
+	explicit GemmScratch(KernelPath kernel_path, MemoryBudget *mem = nullptr)
+	    : path(kernel_path), a(mem, "contraction", "a packed operand"), b(mem, "contraction", "a packed operand"),
+	      c(mem, "contraction", "the product's scratch") {
 	}
 	KernelPath path;
 	AlignedBuf a, b, c;

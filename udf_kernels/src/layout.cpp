@@ -59,12 +59,16 @@ void tensor_zeros(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 		DTypeCol dtype_c(input, 0);
 		ListCol shape_c(input, 1);
 		Shape shape;
-		AlignedBuf zb;
+		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		AlignedBuf zb(mem, FN, "the zero block");
+		CallCharge charged(mem, FN);
 		scalar_rows(input, output, all_valid(dtype_c, shape_c), [&](idx_t row) {
 			const DType dt = dtype_c.get(row, FN);
 			shape_c.get(row, shape, FN, "shape");
 			const size_t bytes = checked_numel(shape, itemsize(dt), FN, "shape") * itemsize(dt);
-			set_blob(output, row, zb.zeros(bytes), bytes);
+			unsigned char *z = zb.zeros(bytes);
+			charged.add(bytes, "the result blobs of a chunk");
+			set_blob(output, row, z, bytes);
 		});
 	});
 }
@@ -76,7 +80,9 @@ void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 		BlockCol x(input, 1, 2, "x");
 		ListCol start_c(input, 3), stop_c(input, 4);
 		Shape start, stop, region, zero_off;
-		AlignedBuf zb;
+		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		AlignedBuf zb(mem, FN, "the slice");
+		CallCharge charged(mem, FN);
 		scalar_rows(input, output, all_valid(dtype_c, x, start_c, stop_c), [&](idx_t row) {
 			const DType dt = dtype_c.get(row, FN);
 			x.read(row, dt, FN);
@@ -102,6 +108,7 @@ void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 			if (bytes) {
 				copy_region(z, region, zero_off, x.bytes.udata(), xs, start, region, itemsize(dt));
 			}
+			charged.add(bytes, "the result blobs of a chunk");
 			set_blob(output, row, z, bytes);
 		});
 	});

@@ -55,7 +55,9 @@ void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 		BlobCol x(input, 2);
 		Col param_c = with_param ? Col(input, 3) : Col(input, 2);
 		Cached<Fn> fns;
-		AlignedBuf zb;
+		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		AlignedBuf zb(mem, FN, "the output block");
+		CallCharge charged(mem, FN);
 		const auto args_valid = all_valid(fn_c, dtype_c, x);
 		auto valid = [&](idx_t row) { return args_valid(row) && (!with_param || param_c.valid(row)); };
 		scalar_rows(input, output, valid, [&](idx_t row) {
@@ -68,6 +70,7 @@ void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 				using T = typename decltype(tag)::type;
 				map_kernel<T>(f, x.bytes.udata(), z, n, with_param, param, FN);
 			});
+			charged.add(x.bytes.size, "the result blobs of a chunk");
 			set_blob(output, row, z, x.bytes.size);
 		});
 	});
@@ -88,7 +91,9 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 	guard_scalar(info, FN, [&] {
 		BlobCol x(input, 0);
 		DTypeCol from_c(input, 1), to_c(input, 2);
-		AlignedBuf zb;
+		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		AlignedBuf zb(mem, FN, "the output block");
+		CallCharge charged(mem, FN);
 		scalar_rows(input, output, all_valid(x, from_c, to_c), [&](idx_t row) {
 			const DType from = from_c.get(row, FN, "from_dtype");
 			const DType to = to_c.get(row, FN, "to_dtype");
@@ -107,6 +112,7 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 					}
 				});
 			});
+			charged.add(out_bytes, "the result blobs of a chunk");
 			set_blob(output, row, z, out_bytes);
 		});
 	});

@@ -120,7 +120,7 @@ class PathRunner {
 public:
 	PathRunner(duckdb_data_chunk input, idx_t first, ThreadBudget *budget)
 	    : prog_c_(input, first), dtype_c_(input, first + 1), shapes_c_(input, first + 2), first_blob_(first + 3),
-	      budget_(budget), scratch_(kernel_path_of(budget)) {
+	      budget_(budget), scratch_(kernel_path_of(budget), memory_of(budget)) {
 		const idx_t cols = duckdb_data_chunk_get_column_count(input);
 		for (idx_t c = first_blob_; c < cols; c++) {
 			blobs_.emplace_back(input, c);
@@ -164,6 +164,7 @@ public:
 			check_operand(fn, name.c_str(), b, v.shape, dt_);
 			v.data = reinterpret_cast<const unsigned char *>(b.data);
 			if (reinterpret_cast<uintptr_t>(b.data) % itemsize(dt_) != 0) { // DuckDB's blobs are aligned
+				v.own.charge_to(memory_of(budget_), fn, "an aligned copy of an input");
 				std::memcpy(v.own.resize(b.size), b.data, b.size);
 				v.data = v.own.data();
 			}
@@ -200,6 +201,7 @@ public:
 			const PathStep &s = prog_->steps[k];
 			const Contraction &c = plans_[k];
 			Value &z = values_[n + k];
+			z.own.charge_to(memory_of(budget_), "tensor_einsum_path", "a step's result");
 			T *zp = k == last && out != nullptr ? out
 			                                    : reinterpret_cast<T *>(z.own.resize(c.out_numel * sizeof(T)));
 			z.data = reinterpret_cast<const unsigned char *>(zp);
@@ -251,13 +253,16 @@ private:
 void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_einsum_path";
 	guard_scalar(info, FN, [&] {
-		PathRunner runner(input, 0, budget_of(duckdb_scalar_function_get_extra_info(info)));
+		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
+		PathRunner runner(input, 0, budget);
+		CallCharge charged(memory_of(budget), FN);
 		scalar_rows(input, output, all_valid(runner), [&](idx_t row) {
 			runner.prepare(row, FN);
 			dispatch(runner.dtype(), [&](auto tag) {
 				using T = typename decltype(tag)::type;
 				runner.run<T>(static_cast<T *>(nullptr));
 			});
+			charged.add(runner.numel() * itemsize(runner.dtype()), "the result blobs of a chunk");
 			set_blob(output, row, runner.result(), runner.numel() * itemsize(runner.dtype()));
 			runner.release_result();
 		});

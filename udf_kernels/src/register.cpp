@@ -116,10 +116,11 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	}
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
 	bool ok = add_budgeted_scalar(con, "tensorsql_kernel_path", {}, V, tensorsql_kernel_path, budget, false);
-	ok = ok && add_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1);
-	ok = ok && add_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast);
-	ok = ok && add_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros);
-	ok = ok && add_scalar(con, "tensor_slice", {V, B, L, L, L}, B, tensor_slice);
+	// the functions that allocate blocks charge them to the database's kernel memory (the budget's Control)
+	ok = ok && add_budgeted_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1, budget, false);
+	ok = ok && add_budgeted_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast, budget, false);
+	ok = ok && add_budgeted_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros, budget, false);
+	ok = ok && add_budgeted_scalar(con, "tensor_slice", {V, B, L, L, L}, B, tensor_slice, budget, false);
 	ok = ok && add_scalar(con, "tensor_numel", {B, V}, T::BigInt, tensor_numel);
 	ok = ok && add_scalar(con, "tensor_itemsize", {V}, T::Integer, tensor_itemsize);
 	ok = ok && add_scalar(con, "tensor_check", {B, V, L}, T::Boolean, tensor_check);
@@ -135,6 +136,8 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	duckdb_scalar_function_set set = duckdb_create_scalar_function_set("tensor_map");
 	duckdb_scalar_function m3 = make_scalar("tensor_map", {V, V, B}, B, tensor_map);
 	duckdb_scalar_function m4 = make_scalar("tensor_map", {V, V, B, T::Double}, B, tensor_map_param);
+	attach_budget(m3, budget);
+	attach_budget(m4, budget);
 	ok = duckdb_add_scalar_function_to_set(set, m3) == DuckDBSuccess &&
 	     duckdb_add_scalar_function_to_set(set, m4) == DuckDBSuccess &&
 	     duckdb_register_scalar_function_set(con, set) == DuckDBSuccess;
@@ -142,7 +145,7 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	duckdb_destroy_scalar_function(&m4);
 	duckdb_destroy_scalar_function_set(&set);
 	ok = ok && register_sources(con);
-	return ok && register_aggregates(con);
+	return ok && register_aggregates(con, budget);
 }
 
 } // namespace

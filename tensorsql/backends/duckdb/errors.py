@@ -17,11 +17,13 @@ from tensorsql.errors import (
     CatalogError,
     DatabaseLockedError,
     KernelError,
+    OutOfMemoryError,
     SessionClosedError,
     SQLExecutionError,
     TensorSQLError,
     TransactionConflictError,
 )
+from udf_kernels import control as udf_control
 
 #: DuckDB's "Invalid Input Error: " prefix, then a kernel function's name and a colon
 _KERNEL = re.compile(r"^(?:[A-Za-z ]+Error: )?(tensor\w*|tensorsql\w*): ")
@@ -40,6 +42,27 @@ def is_conflict(exc: duckdb.Error) -> bool:
     return isinstance(exc, duckdb.TransactionException) and "conflict" in str(exc).lower()
 
 
+#: how to get more memory, in every out-of-memory error
+OOM_HINT = (
+    "raise the limit with tensorsql.connect(memory_limit=...), give DuckDB a temp_directory= to spill to, "
+    "use fewer threads, or smaller blocks (connect(max_block_bytes=...))"
+)
+
+
+def out_of_memory(exc: BaseException, what: str) -> OutOfMemoryError | None:
+    """An OutOfMemoryError for DuckDB's own out-of-memory error or a kernel's (its budget or the system's
+    refusal: ``udf_control.OOM_MARKER``), saying what was allocated and how to get more; None otherwise."""
+    if udf_control.is_out_of_memory(exc):
+        text = str(exc)
+        marker = text.find(udf_control.OOM_MARKER)
+        start = text.rfind(": ", 0, marker - 2) if marker > 2 else -1
+        return OutOfMemoryError(f"{what}: {text[start + 2 if start >= 0 else 0 :]}")
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+        return OutOfMemoryError(f"{what}: DuckDB ran out of memory ({first}); {OOM_HINT}")
+    return None
+
+
 def wrap(exc: duckdb.Error, what: str) -> BaseException:
     """The tensorsql error (or KeyboardInterrupt, for an interrupted query) for a DuckDB error."""
     if isinstance(exc, duckdb.InterruptException):
@@ -51,6 +74,9 @@ def wrap(exc: duckdb.Error, what: str) -> BaseException:
             f"{what}: another transaction changed the same table or catalog rows at the same time; nothing "
             f"was written, retry once it has ended ({exc})"
         )
+    oom = out_of_memory(exc, what)
+    if oom is not None:
+        return oom
     fn = kernel_function(exc)
     if fn is not None:
         return KernelError(f"{what}: a block kernel rejected its input: {exc}")
@@ -60,6 +86,9 @@ def wrap(exc: duckdb.Error, what: str) -> BaseException:
 def wrap_connect(exc: duckdb.Error, database: str) -> TensorSQLError:
     """Opening a database: a lock held by another process, or this process holding the file open with other
     settings, says so; anything else is not a database."""
+    oom = out_of_memory(exc, f"cannot open {database!r}")
+    if oom is not None:
+        return oom
     if isinstance(exc, duckdb.IOException) and "lock" in str(exc).lower():
         return DatabaseLockedError(
             f"cannot open {database!r}: another process holds its lock ({exc}); DuckDB allows one writing "
@@ -73,4 +102,4 @@ def wrap_connect(exc: duckdb.Error, database: str) -> TensorSQLError:
     return CatalogError(f"cannot open {database!r} as a DuckDB database: {exc}")
 
 
-__all__ = ["is_conflict", "kernel_function", "wrap", "wrap_connect"]
+__all__ = ["OOM_HINT", "is_conflict", "kernel_function", "out_of_memory", "wrap", "wrap_connect"]

@@ -20,9 +20,11 @@ reads the same lent arrays.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import math
+import os
 import threading
 import weakref
 from collections.abc import Callable, Mapping
@@ -37,7 +39,7 @@ from sqlglot import exp
 import udf_kernels
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
-from tensorsql.backends.duckdb import allocator, costs, ingest, longrun, sqlgen, statements
+from tensorsql.backends.duckdb import allocator, costs, ingest, longrun, memory, sqlgen, statements
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.compile.plan import Plan
@@ -114,6 +116,9 @@ class DuckDBExecutor:
         threads: int | None = None,
         read_only: bool = False,
         progress: bool | None = None,
+        memory_limit: int | str | None = None,
+        temp_directory: str | os.PathLike[str] | None = None,
+        max_block_bytes: int | str | None = None,
     ) -> None:
         if allocator.enabled_by_env():
             allocator.tune()
@@ -122,6 +127,14 @@ class DuckDBExecutor:
             if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
                 raise ConfigError(f"threads={threads!r} must be a positive int")
             config["threads"] = str(threads)
+        limit = memory.memory_limit(memory_limit)
+        if limit is not None:
+            config["memory_limit"] = f"{limit}B"
+        spill = memory.temp_directory(temp_directory)
+        if spill is not None:
+            config["temp_directory"] = spill
+        if max_block_bytes is not None:  # checked before anything is opened; the default needs the limit
+            memory.max_block_bytes(max_block_bytes, limit or memory.MIN_MEMORY_LIMIT, 1)
         if not isinstance(read_only, bool):
             raise ConfigError(f"read_only={read_only!r} must be a bool")
         if progress is not None and not isinstance(progress, bool):
@@ -134,6 +147,11 @@ class DuckDBExecutor:
         except duckdb.Error as exc:
             raise wrap_connect(exc, self.database) from exc
         try:
+            # ZSTD stores a row group's blobs so that a scan decompresses them into one buffer (a 1.6 GB
+            # table of 3 MB blocks needs a 2 GiB allocation, refused under a 2 GB memory_limit); uncompressed,
+            # a scan reads the blocks it needs one by one. Tensor blocks barely compress anyway. (A SET:
+            # DuckDB ignores this option in the connect config.)
+            self.con.execute("SET disabled_compression_methods = 'zstd'").fetchall()
             self.kernels = udf_kernels.load(self.con)
         except (udf_kernels.KernelBuildError, udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
             self.con.close()
@@ -153,6 +171,39 @@ class DuckDBExecutor:
         #: the single-threaded DuckDB for one-row statements: made on first use; False when it cannot be made
         self._lane: duckdb.DuckDBPyConnection | bool | None = None
         self.closed = False
+        try:
+            #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory")
+            self.memory_limit = limit if limit is not None else self._duckdb_limit()
+            self._set_kernel_limit(self.con)
+            #: no block a plan makes is larger (``EngineProfile.max_block_bytes``)
+            self.max_block_bytes = memory.max_block_bytes(max_block_bytes, self.memory_limit, self._workers)
+        except BaseException:
+            self.close()
+            raise
+        self.profile = dataclasses.replace(costs.PROFILE, max_block_bytes=self.max_block_bytes)
+
+    # -- memory ----------------------------------------------------------------------------------------------
+    def _duckdb_limit(self) -> int:
+        """DuckDB's own memory_limit (its default: 80% of the machine's memory), in bytes."""
+        shown = str(self.query("SELECT current_setting('memory_limit')", "memory_limit")[0][0])
+        try:
+            return memory.parse_size(shown, "memory_limit")
+        except ConfigError:  # not a size DuckDB should print: the machine's memory bounds it anyway
+            return memory.system_memory()
+
+    def _set_kernel_limit(self, con: duckdb.DuckDBPyConnection) -> None:
+        """Gives the kernels loaded into ``con``'s database the session's memory_limit as their budget."""
+        token = udf_control.db_token(con)
+        if not udf_control.set_memory_limit(self.kernels, token, self.memory_limit):
+            raise ExtensionError("the loaded kernels do not know their own database (no memory budget)")
+
+    def kernel_memory(self) -> tuple[int, int]:
+        """(used, limit): the bytes the kernels of the session's database hold now, and their limit."""
+        with self._lock:
+            got = udf_control.memory(self.kernels, udf_control.db_token(self.con))
+        if got is None:
+            raise ExtensionError("the loaded kernels do not know their own database (no memory budget)")
+        return got
 
     # -- plain statements ------------------------------------------------------------------------------
     @property
@@ -183,7 +234,11 @@ class DuckDBExecutor:
         """The lane (made on first use); None when it cannot be made (the statement then runs here)."""
         if self._lane is None:
             try:
-                config = {"allow_unsigned_extensions": "true", "threads": "1"}
+                config = {
+                    "allow_unsigned_extensions": "true",
+                    "threads": "1",
+                    "memory_limit": f"{self.memory_limit}B",
+                }
                 lane = duckdb.connect(":memory:", config=config)
             except duckdb.Error as exc:
                 log.warning("tensorsql: no single-threaded lane for small calls: %s", exc)
@@ -191,7 +246,8 @@ class DuckDBExecutor:
                 return None
             try:
                 udf_kernels.load(lane)
-            except (udf_kernels.KernelLoadError, duckdb.Error, OSError) as exc:
+                self._set_kernel_limit(lane)
+            except (udf_kernels.KernelLoadError, ExtensionError, duckdb.Error, OSError) as exc:
                 log.warning("tensorsql: no single-threaded lane for small calls: %s", exc)
                 lane.close()
                 self._lane = False
@@ -343,7 +399,8 @@ class DuckDBExecutor:
             self._bind(st, plan, bindings)
             try:
                 if not small:
-                    return self._run(st, lambda: self.con.sql(text).to_arrow_table())
+                    rows = _arrow_batch_rows(plan)
+                    return self._run(st, lambda: self.con.sql(text).to_arrow_table(batch_size=rows))
                 rows, names = self._run(st, lambda: _fetch_rows(self.con, text))
             except duckdb.Error as exc:
                 raise wrap(exc, "einsum") from exc
@@ -591,6 +648,19 @@ def _fast_call(
 
     return run  # holds no reference to the plan: the caller does while it runs (a plan kept alive by its own
     # statement's function would never be freed, nor its prepared statement deallocated)
+
+
+#: DuckDB exports a BLOB column as Arrow binary, whose int32 offsets hold at most this many bytes per batch
+ARROW_BATCH_BYTES = (1 << 31) - 1
+#: DuckDB's own default rows per exported batch
+ARROW_BATCH_ROWS = 131072
+
+
+def _arrow_batch_rows(plan: Plan) -> int:
+    """Rows per Arrow batch such that a batch of the plan's result blocks stays within Arrow binary's
+    offsets (a few 256 MiB blocks would pass 2 GiB: DuckDB then refuses the export)."""
+    block = math.prod(plan.block_shape()) * DTYPES[plan.root.dtype].itemsize
+    return max(1, min(ARROW_BATCH_ROWS, ARROW_BATCH_BYTES // max(1, block)))
 
 
 def _fetch_rows(con: duckdb.DuckDBPyConnection, text: str) -> tuple[list[tuple], list[str]]:
