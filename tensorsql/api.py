@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 import threading
 from collections.abc import Callable, Hashable, Sequence
@@ -90,8 +91,7 @@ def _check_exact(dtype: np.dtype) -> np.dtype:
         raise DTypeError(
             f"dtype {dtype} (numpy's {name}, {bits}-bit mantissa) cannot be computed exactly: "
             "tensorsql's kernels compute at most float64/complex128 (53-bit mantissa), which would silently "
-            "round every "
-            "value; convert the operands with .astype(np.float64) (or pass dtype=np.float64, "
+            "round every value; convert the operands with .astype(np.float64) (or pass dtype=np.float64, "
             "casting='same_kind') to accept that rounding"
         )
     return dtype
@@ -272,7 +272,7 @@ def einsum(
     return _finish(res, final, carrier, out, lambda r: _layout(r, order, sub, arrays))
 
 
-def _interleaved(spec: object, rest: Sequence[object]) -> tuple[list[object], list[object] | None]:
+def _interleaved(spec: object, rest: Sequence[object]) -> tuple[list[object], list[object]]:
     """contract_expression's interleaved form ``(shape0, sub0, shape1, sub1, ..., [output])`` split into
     (shapes, sublists + output)."""
     items = [spec, *rest]
@@ -280,6 +280,12 @@ def _interleaved(spec: object, rest: Sequence[object]) -> tuple[list[object], li
     subs = [items[i] for i in range(1, len(items), 2)]
     out = [items[-1]] if len(items) % 2 else []
     return shapes, [*subs, *out]
+
+
+def _describe(sublists: Sequence[object], n_inputs: int) -> str:
+    """The interleaved form's sublists as text, e.g. ``[0, 1],[1, 2]->[0, 2]`` (an expression's repr)."""
+    text = ",".join(str(list(x)) for x in sublists[:n_inputs])  # type: ignore[call-overload]
+    return text + "".join("->" + str(list(x)) for x in sublists[n_inputs:])  # type: ignore[call-overload]
 
 
 class ContractExpression:
@@ -325,12 +331,12 @@ class ContractExpression:
         self._order = _order(order)
         _check_casting(casting)
         path = frontend.contraction_path(self._sub, optimize, memory_limit)  # planned once, as opt_einsum
-        self.subscripts = text if text is not None else repr(template[1::2])
+        self.subscripts = text if text is not None else _describe(sublists, len(self.shapes))
         self.num_args = len(shapes) - len(consts)
         self._kw = {"optimize": ["einsum_path", *path], "join": join, "agg": agg}
         self._dtype, self._casting = dtype, casting
         self._session = session
-        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype, bool]] = {}
+        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype]] = {}
 
     def _call_args(self, operands: Sequence[object]) -> list[object]:
         if self._sublists is None:
@@ -379,8 +385,8 @@ class ContractExpression:
             carrier = carrier_dtype(final)
             cast = [_to_carrier(a, final, carrier, f"operand {i}") for i, a in enumerate(full)]
             entry = _entry(s, self._call_args(cast), None, **self._kw)
-            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier), carrier == final.name)
-        entry, final, carrier, cdt, _ = found
+            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier))
+        entry, final, carrier, cdt = found
         out = _check_out(out, final, self._casting)
         cast = [
             a if a.dtype == cdt else _to_carrier(a, final, carrier, f"operand {i}")
@@ -423,7 +429,7 @@ def einsum_path(*args: object, optimize: object = "greedy") -> tuple[list[object
     shapes = [tuple(op.shape) if isinstance(op, TensorRelation) else np.shape(op) for op in operands]
     sub = parse(inputs, output, shapes)
     path = frontend.contraction_path(sub, optimize)
-    others = iter(range(52, 10**9))
+    others = itertools.count(52)
     symbols = {
         x: _numpy_letter(x) if 0 <= x < 52 else opt_einsum.get_symbol(next(others))
         for x in sorted(sub.labels())
