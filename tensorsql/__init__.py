@@ -23,15 +23,19 @@ from tensorsql.api import (
     sqrt,
 )
 from tensorsql.errors import (
+    CastingError,
     CatalogError,
     ConfigError,
     DatabaseLockedError,
     DTypeError,
     EinsumError,
+    EinsumPathError,
+    EinsumTypeError,
     ExtensionError,
     KernelError,
     OperatorError,
     OutOfMemoryError,
+    OutputError,
     PlanError,
     SessionClosedError,
     ShapeError,
@@ -40,6 +44,7 @@ from tensorsql.errors import (
     TableNotFoundError,
     TensorSQLError,
     TransactionConflictError,
+    UnknownStrategyError,
 )
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Compiled, Session
@@ -47,6 +52,11 @@ from tensorsql.session import Compiled, Session
 __version__ = "0.1.0"
 
 __all__ = [
+    "UnknownStrategyError",
+    "OutputError",
+    "EinsumTypeError",
+    "EinsumPathError",
+    "CastingError",
     "CatalogError",
     "Compiled",
     "ConfigError",

@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
+import itertools
 import operator
 import os
 import threading
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 import opt_einsum
 
 from tensorsql.compile.cache import Entry, hashable
 from tensorsql.dtypes import carrier_dtype
-from tensorsql.errors import DTypeError, EinsumError, ShapeError
+from tensorsql.errors import (
+    CastingError,
+    ConfigError,
+    DTypeError,
+    EinsumError,
+    EinsumTypeError,
+    OutputError,
+    ShapeError,
+)
 from tensorsql.frontend import numpy as frontend
-from tensorsql.frontend.subscripts import parse, split_args
+from tensorsql.frontend.subscripts import Subscripts, parse, split_args, subscripts_text
 from tensorsql.ir import expr as E
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Session, as_array
@@ -71,9 +80,44 @@ def default_session() -> Session:
         return _default
 
 
-def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, casting: str) -> np.dtype:
-    if casting not in ("no", "equiv", "safe", "same_kind", "unsafe"):
-        raise DTypeError(f"casting={casting!r}: expected no, equiv, safe, same_kind or unsafe")
+_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+
+
+def _order(order: object) -> str:
+    """numpy's ``order=``: 'C', 'F', 'A' or 'K' in either case (str or bytes); None is the default 'K'."""
+    if order is None:
+        return "K"
+    if isinstance(order, bytes):
+        order = order.decode("latin-1")
+    if not isinstance(order, str):
+        raise EinsumTypeError(f"order must be a str, not {type(order).__name__}")
+    if order.upper() not in ("K", "A", "C", "F"):
+        raise ConfigError(f"order={order!r}: expected one of 'C', 'F', 'A' or 'K' (either case)")
+    return order.upper()
+
+
+def _check_casting(casting: object) -> None:
+    if not isinstance(casting, str) or casting not in _CASTINGS:
+        raise CastingError(f"casting={casting!r}: expected one of {', '.join(_CASTINGS)}")
+
+
+def _check_exact(dtype: np.dtype) -> np.dtype:
+    """``dtype`` when the kernels compute it exactly; numpy's longdouble and clongdouble are refused."""
+    if dtype.kind in "fc" and dtype.itemsize > (8 if dtype.kind == "f" else 16):
+        bits = np.finfo(dtype).nmant + 1
+        name = "longdouble" if dtype.kind == "f" else "clongdouble"
+        raise DTypeError(
+            f"dtype {dtype} (numpy's {name}, {bits}-bit mantissa) cannot be computed exactly: "
+            "tensorsql's kernels compute at most float64/complex128 (53-bit mantissa), which would silently "
+            "round every value; convert the operands with .astype(np.float64) (or pass dtype=np.float64, "
+            "casting='same_kind') to accept that rounding"
+        )
+    return dtype
+
+
+def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, casting: object) -> np.dtype:
+    """numpy's result dtype for einsum's ``dtype=``/``casting=``: the operands are cast to it first."""
+    _check_casting(casting)
     if dtype is not None:
         try:
             want = np.dtype(dtype)  # type: ignore[call-overload]
@@ -84,8 +128,38 @@ def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, cast
                 raise DTypeError(
                     f"operand {i} of dtype {a.dtype} cannot be cast to dtype={want} with casting={casting!r}"
                 )
-        return want
-    return np.result_type(*arrays) if arrays else np.dtype("float64")
+        return _check_exact(want)
+    for i, a in enumerate(arrays):
+        if a.dtype.hasobject:
+            raise DTypeError(
+                f"operand {i} has dtype object: tensorsql computes numbers in its kernels, not Python "
+                "objects; pass dtype= (e.g. dtype=np.float64, casting='unsafe') to convert them first"
+            )
+    return _check_exact(np.result_type(*arrays) if arrays else np.dtype("float64"))
+
+
+def _to_carrier(a: np.ndarray, final: np.dtype, carrier: str, what: str) -> np.ndarray:
+    """An operand cast to the result dtype (numpy casts operands to ``dtype=``: rounding, truthiness, wrap),
+    then to the dtype the kernels compute it in."""
+    try:
+        return a.astype(final, copy=False).astype(carrier, copy=False)
+    except (TypeError, ValueError) as exc:  # object elements that are no numbers
+        raise DTypeError(f"{what} of dtype {a.dtype} cannot be converted to {final}: {exc}") from exc
+
+
+def _check_out(out: object, final: np.dtype, casting: object) -> np.ndarray | None:
+    """numpy's checks of ``out=`` before anything is computed (its shape is checked against the result)."""
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray):
+        raise EinsumTypeError(f"out= must be a numpy ndarray, got {type(out).__name__}")
+    if not out.flags.writeable:
+        raise OutputError(
+            f"out= is read-only (shape {out.shape}, dtype {out.dtype}): einsum cannot write into it"
+        )
+    if not np.can_cast(final, out.dtype, casting):  # type: ignore[arg-type]
+        raise DTypeError(f"result dtype {final} cannot be cast to out dtype {out.dtype} ({casting=})")
+    return out
 
 
 def _call_key(spec: Hashable, arrays: Sequence[np.ndarray], optimize: object, join: object, agg: object):
@@ -99,34 +173,72 @@ def _spec_of(args: Sequence[object]) -> Hashable | None:
     """The subscripts of a call, without its arrays (the string, or the sublists of the interleaved form)."""
     if isinstance(args[0], str):
         return ("str", args[0])
-    return hashable([a for i, a in enumerate(args) if i % 2 == 1 or (i == len(args) - 1 and len(args) % 2)])
+    return hashable(
+        [
+            a.tolist() if isinstance(a, np.ndarray) else a
+            for i, a in enumerate(args)
+            if i % 2 == 1 or (i == len(args) - 1 and len(args) % 2)
+        ]
+    )
+
+
+def _parsed(call_args: Sequence[object]) -> Subscripts:
+    inputs, output, arrays = split_args(call_args)
+    return parse(inputs, output, [np.shape(a) for a in arrays])
 
 
 def _entry(s: Session, call_args: list[object], key: Hashable | None, **kw: object) -> Entry:
+    """The cached plan of a call; its ``extra`` is the parsed subscripts (for numpy's result layout)."""
     entry = s.plans.get(key) if key is not None else None
     if entry is None:
         rel = s.einsum(*call_args, copy=False, **kw)  # type: ignore[arg-type]
-        entry = Entry(tuple(rel.bindings), rel.plan())
+        entry = Entry(tuple(rel.bindings), rel.plan(), _parsed(call_args))
         if key is not None:
             s.plans.put(key, entry)
     return entry
 
 
-def _finish(res: np.ndarray, final: np.dtype, carrier: str, order: str, out: object, casting: str) -> object:
+def _layout(res: np.ndarray, order: str, sub: Subscripts, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The result in numpy's memory order: C, F, A (F when every operand is Fortran-contiguous, else C) or K.
+
+    K, "as close to the layout of the inputs as possible": for operands that are not all C-contiguous, the
+    axis order numpy's unoptimized einsum allocates for their strides; for C-contiguous operands, the order
+    the engine computed in (C, or for a large output that interleaves the operands' labels a transposed view
+    in GEMM order, which saves a scatter pass, as numpy's optimized einsum returns its BLAS layout).
+    """
+    if res.ndim < 2 or (order == "K" and all(a.flags.c_contiguous for a in arrays)):
+        return res
+    shapes = tuple(a.shape for a in arrays)
+    strides = tuple(a.strides for a in arrays)
+    if order == "A":
+        order = "F" if frontend.all_fortran(sub, shapes, strides, [a.itemsize for a in arrays]) else "C"
+    if order == "C":
+        return np.ascontiguousarray(res)
+    if order == "F":
+        return np.asfortranarray(res)
+    axes = frontend.k_order(sub.inputs, sub.output, shapes, strides)
+    if res.transpose(axes).flags.c_contiguous:
+        return res
+    laid = np.empty([res.shape[a] for a in axes], res.dtype).transpose(np.argsort(axes))
+    laid[...] = res
+    return laid
+
+
+def _finish(
+    res: np.ndarray,
+    final: np.dtype,
+    carrier: str,
+    out: np.ndarray | None,
+    layout: Callable[[np.ndarray], np.ndarray],
+) -> object:
     if carrier != final.name and res.dtype.name == carrier:  # computed in a wider carrier: cast back
         res = (res != 0) if final == np.bool_ else res.astype(final)
-    if order == "F":
-        res = np.asfortranarray(res)
-    elif order == "C":  # a big interleaved contraction may come back as a transposed view (numpy())
-        res = np.ascontiguousarray(res)
     if out is not None:
-        if not isinstance(out, np.ndarray) or out.shape != res.shape:
-            got = getattr(out, "shape", type(out).__name__)
-            raise ShapeError(f"out= must be an ndarray of shape {res.shape}, got {got}")
-        if not np.can_cast(res.dtype, out.dtype, casting):  # type: ignore[arg-type]
-            raise DTypeError(f"result dtype {res.dtype} cannot be cast to out dtype {out.dtype} ({casting=})")
+        if out.shape != res.shape:
+            raise ShapeError(f"out= must be an ndarray of shape {res.shape}, got {out.shape}")
         np.copyto(out, res, casting="unsafe")
         return out
+    res = layout(res)
     return res[()] if res.ndim == 0 else res
 
 
@@ -147,31 +259,51 @@ def einsum(
     relation's session (``out`` is then not allowed). Repeated calls of one equation, shapes and dtypes reuse
     their plan and prepared statement (``Session.plans``).
     """
+    text = subscripts_text(args[0]) if args else None
+    if text is not None and not isinstance(args[0], str):
+        args = (text, *args[1:])
     # the string form's operands follow the string: no need to parse it before the plan cache is asked
-    operands = list(args[1:]) if args and isinstance(args[0], str) else split_args(args)[2]
+    operands = list(args[1:]) if text is not None else split_args(args)[2]
     rel_ops = [op for op in operands if isinstance(op, TensorRelation)]
     if rel_ops:
         if out is not None:
             raise ShapeError("out= is for numpy operands; a TensorRelation result is lazy")
         return rel_ops[0].session.einsum(*args, optimize=optimize, dtype=dtype, join=join, agg=agg)
-    if order not in ("K", "A", "C", "F"):
-        raise ShapeError(f"order={order!r}: expected one of K, A, C, F")
+    order = _order(order)
     arrays = [as_array(op, f"operand {i}") for i, op in enumerate(operands)]
     final = _numpy_result_dtype(arrays, dtype, casting)
+    out = _check_out(out, final, casting)
     carrier = carrier_dtype(final)
-    arrays = [a.astype(carrier, copy=False) for a in arrays]
-    if isinstance(args[0], str):
-        call_args = [args[0], *arrays]
+    cast = [_to_carrier(a, final, carrier, f"operand {i}") for i, a in enumerate(arrays)]
+    if text is not None:
+        call_args = [text, *cast]
     else:
-        it = iter(arrays)
-        call_args = [next(it) if i % 2 == 0 and i < 2 * len(arrays) else a for i, a in enumerate(args)]
+        it = iter(cast)
+        call_args = [next(it) if i % 2 == 0 and i < 2 * len(cast) else a for i, a in enumerate(args)]
     s = default_session()
-    key = _call_key(_spec_of(args), arrays, optimize, join, agg)
+    key = _call_key(_spec_of(args), cast, optimize, join, agg)
     # computed right away, so the operands' memory can be borrowed instead of copied (numpy.einsum reads
     # its operands while they could change too)
     entry = _entry(s, call_args, key, optimize=optimize, join=join, agg=agg)
-    res = s.value(entry.plan, dict(zip(entry.leaves, arrays, strict=True)))  # type: ignore[arg-type]
-    return _finish(res, final, carrier, order, out, casting)
+    res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
+    sub = entry.extra if isinstance(entry.extra, Subscripts) else _parsed(call_args)
+    return _finish(res, final, carrier, out, lambda r: _layout(r, order, sub, arrays))
+
+
+def _interleaved(spec: object, rest: Sequence[object]) -> tuple[list[object], list[object]]:
+    """contract_expression's interleaved form ``(shape0, sub0, shape1, sub1, ..., [output])`` split into
+    (shapes, sublists + output)."""
+    items = [spec, *rest]
+    shapes = items[0 : len(items) - len(items) % 2 : 2]
+    subs = [items[i] for i in range(1, len(items), 2)]
+    out = [items[-1]] if len(items) % 2 else []
+    return shapes, [*subs, *out]
+
+
+def _describe(sublists: Sequence[object], n_inputs: int) -> str:
+    """The interleaved form's sublists as text, e.g. ``[0, 1],[1, 2]->[0, 2]`` (an expression's repr)."""
+    text = ",".join(str(list(x)) for x in sublists[:n_inputs])  # type: ignore[call-overload]
+    return text + "".join("->" + str(list(x)) for x in sublists[n_inputs:])  # type: ignore[call-overload]
 
 
 class ContractExpression:
@@ -179,8 +311,8 @@ class ContractExpression:
 
     def __init__(
         self,
-        subscripts: str,
-        shapes: Sequence[tuple[int, ...] | np.ndarray],
+        subscripts: object,
+        shapes: Sequence[object],
         *,
         constants: Sequence[int] = (),
         optimize: object = "auto",
@@ -190,11 +322,13 @@ class ContractExpression:
         join: str | None = None,
         agg: str | None = None,
         session: Session | None = None,
+        memory_limit: object = None,
+        use_blas: object = None,
     ) -> None:
-        if not isinstance(subscripts, str):
-            raise EinsumError(
-                f"contract_expression takes a subscripts string, got {type(subscripts).__name__}"
-            )
+        # use_blas: opt_einsum's switch for its BLAS calls; tensorsql's kernels choose their own GEMM path
+        text = subscripts_text(subscripts)
+        if text is None:
+            shapes, sublists = _interleaved(subscripts, shapes)
         consts = set(constants)
         if any(not isinstance(c, int) or not 0 <= c < len(shapes) for c in consts):
             raise EinsumError(f"constants={list(constants)!r}: positions must be in 0..{len(shapes) - 1}")
@@ -205,23 +339,49 @@ class ContractExpression:
                 self.shapes.append(self._constants[i].shape)
                 continue
             try:
-                self.shapes.append(tuple(operator.index(n) for n in shp))  # type: ignore[union-attr]
+                self.shapes.append(tuple(operator.index(n) for n in shp))  # type: ignore[attr-defined]
             except (TypeError, ValueError) as exc:
                 raise ShapeError(f"shape {i} = {shp!r} is not a sequence of ints") from exc
-        inputs, output, _ = split_args([subscripts, *self.shapes])
-        parse(inputs, output, self.shapes)  # the equation and shapes agree, or an EinsumError now
-        if order not in ("K", "A", "C", "F"):
-            raise ShapeError(f"order={order!r}: expected one of K, A, C, F")
-        self.subscripts = subscripts
+        self._text, self._sublists = text, None if text is not None else sublists
+        template = self._call_args(self.shapes)
+        inputs, output, _ = split_args(template)
+        self._sub = parse(inputs, output, self.shapes)  # the equation and shapes agree, or an EinsumError now
+        self._order = _order(order)
+        _check_casting(casting)
+        path = frontend.contraction_path(self._sub, optimize, memory_limit)  # planned once, as opt_einsum
+        self.subscripts = text if text is not None else _describe(sublists, len(self.shapes))
         self.num_args = len(shapes) - len(consts)
-        self._kw = {"optimize": optimize, "join": join, "agg": agg}
-        self._dtype, self._order, self._casting = dtype, order, casting
+        self._kw = {"optimize": ["einsum_path", *path], "join": join, "agg": agg}
+        self._dtype, self._casting = dtype, casting
         self._session = session
-        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype, bool]] = {}
+        self._entries: dict[tuple[np.dtype, ...], tuple[Entry, np.dtype, str, np.dtype]] = {}
 
-    def __call__(self, *arrays: object, out: np.ndarray | None = None, **_: object) -> object:
+    def _call_args(self, operands: Sequence[object]) -> list[object]:
+        if self._sublists is None:
+            return [self._text, *operands]
+        args: list[object] = []
+        for op, sublist in zip(operands, self._sublists, strict=False):
+            args += [op, sublist]
+        return args + self._sublists[len(operands) :]
+
+    def __call__(
+        self,
+        *arrays: object,
+        out: np.ndarray | None = None,
+        backend: object = None,
+        evaluate_constants: bool = False,
+    ) -> object:
+        """The contraction of ``arrays`` (the non-constant operands, in order), into ``out=`` if given.
+        ``backend``/``evaluate_constants``: opt_einsum's keywords (only its numpy backend applies here;
+        constants are always bound once)."""
+        if backend not in (None, "auto", "numpy"):
+            raise ConfigError(
+                f"backend={backend!r}: tensorsql computes with its own engine (None, 'auto', 'numpy')"
+            )
         if len(arrays) != self.num_args:
-            raise EinsumError(f"this expression takes {self.num_args} arrays, got {len(arrays)}")
+            raise EinsumError(
+                f"this expression takes {self.num_args} arrays, got {len(arrays)} (the non-constant operands)"
+            )
         if self._constants:
             given = iter(arrays)
             full = [
@@ -241,39 +401,57 @@ class ContractExpression:
         if found is None:
             final = _numpy_result_dtype(full, self._dtype, self._casting)
             carrier = carrier_dtype(final)
-            cast = [a.astype(carrier, copy=False) for a in full]
-            entry = _entry(s, [self.subscripts, *cast], None, **self._kw)
-            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier), carrier == final.name)
-        entry, final, carrier, cdt, same = found
-        cast = [a if a.dtype == cdt else a.astype(cdt) for a in full]
+            cast = [_to_carrier(a, final, carrier, f"operand {i}") for i, a in enumerate(full)]
+            entry = _entry(s, self._call_args(cast), None, **self._kw)
+            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier))
+        entry, final, carrier, cdt = found
+        out = _check_out(out, final, self._casting)
+        cast = [
+            a if a.dtype == cdt else _to_carrier(a, final, carrier, f"operand {i}")
+            for i, a in enumerate(full)
+        ]
         res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
-        if same and out is None and self._order == "K":
-            return res[()] if res.ndim == 0 else res
-        return _finish(res, final, carrier, self._order, out, self._casting)
+        return _finish(res, final, carrier, out, lambda r: _layout(r, self._order, self._sub, full))
 
     def __repr__(self) -> str:
         return f"<ContractExpression('{self.subscripts}')>"
 
 
-def contract_expression(subscripts: str, *shapes: object, constants: Sequence[int] = (), **kwargs: object):
+def contract_expression(subscripts: object, *shapes: object, constants: Sequence[int] = (), **kwargs: object):
     """opt_einsum's ``contract_expression``: a reusable callable for one equation and operand shapes, planned
     once (per operand dtypes) and then run on new arrays for the cost of one engine round trip.
 
-    ``constants``: positions whose entries in ``shapes`` are arrays fixed for every call. Keywords: numpy's
-    ``optimize``/``dtype``/``order``/``casting``, the extended EinSum's ``join``/``agg``, and ``session``.
+    ``subscripts`` and ``shapes`` as opt_einsum takes them: a string then one shape per operand, or the
+    interleaved ``shape0, sublist0, shape1, sublist1, ..., [output]``. ``constants``: positions whose entries
+    in ``shapes`` are arrays fixed for every call. Keywords: numpy's ``optimize``, ``dtype``, ``order`` and
+    ``casting``; opt_einsum's ``memory_limit`` and ``use_blas`` (accepted; the kernels choose their own GEMM);
+    the extended EinSum's ``join``/``agg``; and ``session``.
     """
+    if "out" in kwargs:
+        raise ConfigError(
+            "out= is an argument of the expression's call (expr(*arrays, out=...)), not of its creation"
+        )
     return ContractExpression(subscripts, shapes, constants=constants, **kwargs)  # type: ignore[arg-type]
 
 
+def _numpy_letter(label: int) -> str:
+    return chr(ord("A") + label) if label < 26 else chr(ord("a") + label - 26)
+
+
 def einsum_path(*args: object, optimize: object = "greedy") -> tuple[list[object], str]:
-    """Like ``numpy.einsum_path``: (['einsum_path', (i, j), ...], a printable description)."""
+    """Like ``numpy.einsum_path``: (['einsum_path', (i, j), ...], a printable description).
+
+    ``optimize`` as for ``einsum`` (numpy's names and ``(name, memory_limit)``, opt_einsum's names and
+    PathOptimizers, an explicit path). The description writes labels 0..51 as numpy's letters."""
     inputs, output, operands = split_args(args)
     shapes = [tuple(op.shape) if isinstance(op, TensorRelation) else np.shape(op) for op in operands]
     sub = parse(inputs, output, shapes)
-    if len(sub.inputs) == 1:
-        return ["einsum_path", (0,)], "single operand: no contraction path"
     path = frontend.contraction_path(sub, optimize)
-    symbols = {x: opt_einsum.get_symbol(i) for i, x in enumerate(sub.labels())}
+    others = itertools.count(52)
+    symbols = {
+        x: _numpy_letter(x) if 0 <= x < 52 else opt_einsum.get_symbol(next(others))
+        for x in sorted(sub.labels())
+    }
     eq = (
         ",".join("".join(symbols[x] for x in t) for t in sub.inputs)
         + "->"

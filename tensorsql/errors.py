@@ -16,12 +16,40 @@ class EinsumError(ValueError, TensorSQLError):
     """Malformed subscripts, or operands that do not fit them (label sizes, operand count)."""
 
 
+class EinsumTypeError(TypeError, EinsumError):
+    """An einsum argument of the wrong type: subscripts that are neither a string nor sublists, a label that
+    is not an int, an ``out=`` that is not an ndarray, an ``order=`` or ``optimize=`` of no known kind.
+    numpy raises TypeError for these; it is also an EinsumError (ValueError) like every other einsum input
+    error."""
+
+
+class EinsumPathError(RuntimeError, EinsumError):
+    """An explicit contraction path (``optimize=[...]``) that does not contract the operands: numpy's
+    RuntimeError ("invalid einsum_path"); also an EinsumError."""
+
+
+class UnknownStrategyError(KeyError, EinsumError):
+    """An ``optimize=`` strategy name that neither numpy nor opt_einsum knows: numpy's and opt_einsum's
+    KeyError; also an EinsumError."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
 class ShapeError(ValueError, TensorSQLError):
     """A shape, block shape or partitioning that is invalid for the tensor it describes."""
 
 
 class DTypeError(TypeError, TensorSQLError):
     """A dtype tensorsql does not support, or an operation undefined for the dtype."""
+
+
+class CastingError(ValueError, DTypeError):
+    """An unknown ``casting=`` rule: numpy's ValueError; also a DTypeError."""
+
+
+class OutputError(ValueError, TensorSQLError):
+    """An ``out=`` array that cannot receive the result (read-only), as numpy's ValueError."""
 
 
 class OperatorError(ValueError, TensorSQLError):
@@ -84,15 +112,19 @@ class PlanError(ValueError, TensorSQLError):
 
 
 __all__ = [
+    "CastingError",
     "CatalogError",
     "ConfigError",
     "DTypeError",
     "DatabaseLockedError",
     "EinsumError",
+    "EinsumPathError",
+    "EinsumTypeError",
     "ExtensionError",
     "KernelError",
     "OperatorError",
     "OutOfMemoryError",
+    "OutputError",
     "PlanError",
     "SQLExecutionError",
     "SessionClosedError",
@@ -101,4 +133,5 @@ __all__ = [
     "TableNotFoundError",
     "TensorSQLError",
     "TransactionConflictError",
+    "UnknownStrategyError",
 ]

@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
 import opt_einsum
+import opt_einsum.paths
 
 from tensorsql.dtypes import DTYPES, dtype_name, is_complex
-from tensorsql.errors import DTypeError, EinsumError, OperatorError
+from tensorsql.errors import (
+    DTypeError,
+    EinsumError,
+    EinsumPathError,
+    EinsumTypeError,
+    OperatorError,
+    UnknownStrategyError,
+)
 from tensorsql.frontend.subscripts import Subscripts, label_name
 from tensorsql.ir import expr as E
 from tensorsql.ir import ops
@@ -68,40 +78,158 @@ def binary(
     )
 
 
-def contraction_path(sub: Subscripts, optimize: object) -> list[tuple[int, ...]]:
-    """The pairwise order, from opt_einsum for strategy names or validated when given explicitly."""
+def numpy_memory_limit(optimize: object) -> tuple[str, int] | None:
+    """numpy's ``optimize=(strategy, memory_limit)`` (the largest intermediate, in elements), else None."""
+    if (
+        isinstance(optimize, tuple | list)
+        and len(optimize) == 2
+        and isinstance(optimize[0], str)
+        and optimize[0] != "einsum_path"
+        and isinstance(optimize[1], int | float)
+    ):
+        return optimize[0], int(optimize[1])
+    return None
+
+
+def _checked_path(optimize: Sequence[object], n: int) -> list[tuple[int, ...]]:
+    """An explicit path (numpy's ``['einsum_path', (i, j), ...]`` or opt_einsum's ``[(i, j), ...]``)."""
+    path = list(optimize)
+    if path and isinstance(path[0], str):
+        if path[0] != "einsum_path":
+            raise EinsumTypeError(
+                f"optimize={optimize!r}: expected a path of position tuples (optionally headed by "
+                "'einsum_path') or (strategy, memory_limit)"
+            )
+        path = path[1:]
+    remaining = n
+    checked: list[tuple[int, ...]] = []
+    for step in path:
+        if (
+            not isinstance(step, list | tuple)
+            or not step
+            or any(isinstance(i, bool) or not hasattr(i, "__index__") for i in step)
+        ):
+            raise EinsumTypeError(f"optimize path step {step!r} is not a tuple of operand positions")
+        idx = tuple(operator.index(i) for i in step)
+        if len(set(idx)) != len(idx) or any(i < 0 or i >= remaining for i in idx):
+            raise EinsumPathError(f"optimize path step {step!r} is invalid with {remaining} operands left")
+        remaining -= len(idx) - 1
+        checked.append(idx)
+    if remaining != 1:
+        raise EinsumPathError(f"optimize path {optimize!r} leaves {remaining} operands uncontracted")
+    return checked
+
+
+def contraction_path(sub: Subscripts, optimize: object, memory_limit: object = None) -> list[tuple[int, ...]]:
+    """The contraction steps, as positions in the shrinking operand list (numpy's and opt_einsum's form).
+
+    ``optimize``: False/None (all operands in one step, numpy's unoptimized einsum); True (greedy); a
+    strategy name (opt_einsum's, which include numpy's 'greedy' and 'optimal'); numpy's
+    ``(name, memory_limit)``; an opt_einsum ``PathOptimizer`` (e.g. ``RandomGreedy()``); or an explicit path.
+    ``memory_limit``: opt_einsum's (the largest intermediate in elements; None or -1 unbounded; 'max_input').
+    """
     n = len(sub.inputs)
     if optimize is False or optimize is None:
-        return [(0, 1)] * (n - 1)
-    if isinstance(optimize, list | tuple) and not isinstance(optimize, str):
-        path = list(optimize)
-        if path and path[0] == "einsum_path":
-            path = path[1:]
-        remaining = n
-        checked: list[tuple[int, ...]] = []
-        for step in path:
-            if not isinstance(step, list | tuple) or not step:
-                raise EinsumError(f"optimize path step {step!r} is not a tuple of operand positions")
-            idx = tuple(int(i) for i in step)
-            if len(set(idx)) != len(idx) or any(i < 0 or i >= remaining for i in idx):
-                raise EinsumError(f"optimize path step {step!r} is invalid with {remaining} operands left")
-            remaining -= len(idx) - 1
-            checked.append(idx)
-        if remaining != 1:
-            raise EinsumError(f"optimize path {optimize!r} leaves {remaining} operands uncontracted")
-        return checked
-    strategy = "greedy" if optimize is True else optimize
-    if not isinstance(strategy, str):
-        raise EinsumError(f"optimize={optimize!r}: expected a bool, a strategy name or a path")
+        return [tuple(range(n))]
+    strategy: object = optimize
+    limited = numpy_memory_limit(optimize)
+    if limited is not None:
+        strategy, memory_limit = limited
+        if limited[1] < 1:  # no intermediate fits: numpy contracts everything in one step
+            return [tuple(range(n))]
+    elif isinstance(optimize, list | tuple):
+        return _checked_path(optimize, n)
+    elif optimize is True:
+        strategy = "greedy"
+    elif not isinstance(optimize, str | opt_einsum.paths.PathOptimizer):
+        raise EinsumTypeError(
+            f"optimize={optimize!r:.80}: expected a bool, a strategy name, (name, memory_limit), an "
+            "opt_einsum PathOptimizer or a path"
+        )
+    if n <= 2:  # nothing to choose (numpy does not look the strategy up either)
+        return [tuple(range(n))]
     symbols = {x: opt_einsum.get_symbol(i) for i, x in enumerate(sub.labels())}
     eq = ",".join("".join(symbols[x] for x in t) for t in sub.inputs)
     eq += "->" + "".join(symbols[x] for x in sub.output)
     shapes = [tuple(sub.sizes[x] for x in t) for t in sub.inputs]
     try:
-        path, _ = opt_einsum.contract_path(eq, *shapes, shapes=True, optimize=strategy)
-    except (KeyError, ValueError, TypeError) as exc:
-        raise EinsumError(f"optimize={optimize!r} is not a path strategy opt_einsum knows: {exc}") from exc
+        path, _ = opt_einsum.contract_path(
+            eq, *shapes, shapes=True, optimize=strategy, memory_limit=memory_limit
+        )
+    except KeyError as exc:
+        raise UnknownStrategyError(
+            f"optimize={strategy!r} is not a path strategy opt_einsum knows: "
+            f"{', '.join(sorted(PATH_STRATEGIES))}"
+        ) from exc
+    except (ValueError, TypeError) as exc:
+        raise EinsumError(f"optimize={optimize!r:.80} (memory_limit={memory_limit!r}): {exc}") from exc
     return [tuple(p) for p in path]
+
+
+#: the strategy names opt_einsum takes (numpy's 'greedy' and 'optimal' among them)
+PATH_STRATEGIES = frozenset(opt_einsum.paths._PATH_OPTIONS)
+
+
+def _iterator_strides(labels: tuple[int, ...], shape: tuple[int, ...], strides: tuple[int, ...], axes):
+    """An operand's stride along each iterator axis, as numpy's nditer sees it: repeated labels are one
+    (diagonal) axis whose stride is the sum; an absent label or a length-1 axis has stride 0."""
+    out: list[int] = []
+    for x in axes:
+        dims = [k for k, lab in enumerate(labels) if lab == x]
+        out.append(0 if not dims or shape[dims[0]] == 1 else sum(strides[k] for k in dims))
+    return out
+
+
+@functools.lru_cache(maxsize=1024)
+def k_order(
+    inputs: tuple[tuple[int, ...], ...],
+    output: tuple[int, ...],
+    shapes: tuple[tuple[int, ...], ...],
+    strides: tuple[tuple[int, ...], ...],
+) -> tuple[int, ...]:
+    """The output's axes from outermost to innermost for numpy's ``order='K'`` ("as close to the layout of the
+    inputs as possible"): numpy's einsum iterates the output labels, then the summed ones in label order, and
+    its nditer sorts those axes by the operands' strides (a stable insertion sort in which a conflict between
+    operands keeps C order); the output is allocated in that order."""
+    summed = sorted({x for t in inputs for x in t} - set(output))
+    axes = [*output, *summed]
+    table = [_iterator_strides(t, sh, st, axes) for t, sh, st in zip(inputs, shapes, strides, strict=True)]
+    perm = list(range(len(axes) - 1, -1, -1))  # innermost first, as the nditer's axis data
+    for i0 in range(1, len(perm)):
+        moving, ipos = perm[i0], i0
+        for i1 in range(i0 - 1, -1, -1):
+            decided = swap = False
+            for row in table:
+                s0, s1 = abs(row[moving]), abs(row[perm[i1]])
+                if s0 and s1:
+                    swap = s1 > s0 and (swap or not decided)
+                    decided = True
+            if decided:
+                if not swap:
+                    break
+                ipos = i1
+        if ipos != i0:
+            perm.insert(ipos, perm.pop(i0))
+    return tuple(a for a in reversed(perm) if a < len(output))
+
+
+def all_fortran(
+    sub: Subscripts, shapes: Sequence[tuple[int, ...]], strides, itemsizes: Sequence[int]
+) -> bool:
+    """numpy's ``order='A'`` test: is every operand, seen as its einsum view (repeated labels one diagonal
+    axis), Fortran-contiguous?"""
+    for labels, shape, st, size in zip(sub.inputs, shapes, strides, itemsizes, strict=True):
+        axes = list(dict.fromkeys(labels))
+        steps = _iterator_strides(labels, shape, st, axes)
+        dims = [(shape[labels.index(x)], s) for x, s in zip(axes, steps, strict=True)]
+        if any(n == 0 for n, _ in dims):
+            continue
+        expect = size
+        for n, s in dims:
+            if n != 1 and s != expect:
+                return False
+            expect *= n
+    return True
 
 
 def build(
@@ -151,6 +279,7 @@ def build(
             counts[x] -= 1
 
     if len(items) == 1:
+        contraction_path(sub, optimize)  # validates optimize= as for several operands
         node, labels = items[0]
         local = {x: n for x, n in zip(labels, node.shape, strict=True)}
         return unary(node, labels, sub.output, local, agg)

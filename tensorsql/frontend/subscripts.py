@@ -8,10 +8,13 @@ negative labels -E..-1, right-aligned like broadcasting.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tensorsql.errors import EinsumError
+import numpy as np
+
+from tensorsql.errors import EinsumError, EinsumTypeError
 
 
 @dataclass(frozen=True)
@@ -74,30 +77,54 @@ def _parse_term(term: str, where: str) -> list[object]:
     return out
 
 
-def _parse_sublist(sub: object, where: str) -> list[object]:
+def _sublist_items(sub: object, where: str) -> list[object]:
+    """The items of a sublist: a list, tuple or other sequence, or a 1-d integer ndarray (as numpy takes)."""
+    if isinstance(sub, np.ndarray):
+        if sub.ndim != 1 or (sub.size and sub.dtype.kind not in "iu"):
+            raise EinsumTypeError(
+                f"{where} must be a 1-d array of int labels, got dtype {sub.dtype} and shape {sub.shape}"
+            )
+        return sub.tolist()
     if isinstance(sub, str | bytes) or not isinstance(sub, Sequence):
-        raise EinsumError(f"{where} must be a list of int labels or Ellipsis, got {sub!r}")
+        raise EinsumTypeError(f"{where} must be a list or tuple of int labels or Ellipsis, got {sub!r:.80}")
+    return list(sub)
+
+
+def _parse_sublist(sub: object, where: str) -> list[object]:
     out: list[object] = []
-    for item in sub:
+    for item in _sublist_items(sub, where):
         if item is Ellipsis:
             if _ELLIPSIS in out:
                 raise EinsumError(f"{where} contains more than one Ellipsis")
             out.append(_ELLIPSIS)
-        elif isinstance(item, bool) or not hasattr(item, "__index__"):
-            raise EinsumError(f"{where}: label {item!r} is not an int")
-        elif int(item) < 0:
-            raise EinsumError(f"{where}: label {int(item)} is negative")
+        elif isinstance(item, bool | np.bool_) or not hasattr(item, "__index__"):
+            raise EinsumTypeError(f"{where}: label {item!r:.80} is not an int (labels are ints or Ellipsis)")
+        elif operator.index(item) < 0:  # type: ignore[arg-type]
+            raise EinsumError(f"{where}: label {operator.index(item)} is negative")  # type: ignore[arg-type]
         else:
-            out.append(int(item))
+            out.append(operator.index(item))  # type: ignore[arg-type]
     return out
+
+
+def subscripts_text(spec: object) -> str | None:
+    """The subscripts string of a call (bytes decoded, as numpy does), or None for the interleaved form."""
+    if isinstance(spec, str):
+        return spec
+    if isinstance(spec, bytes):
+        try:
+            return spec.decode("ascii")
+        except UnicodeDecodeError as exc:
+            raise EinsumError(f"subscripts {spec!r:.80} are not ASCII bytes") from exc
+    return None
 
 
 def split_args(args: Sequence[object]) -> tuple[list[list[object]], list[object] | None, list[object]]:
     """Split ``einsum``'s positional arguments into (input terms, output term or None, operands)."""
     if not args:
         raise EinsumError("einsum needs subscripts and at least one operand")
-    if isinstance(args[0], str):
-        spec = args[0].replace(" ", "")
+    text = subscripts_text(args[0])
+    if text is not None:
+        spec = text.replace(" ", "")
         operands = list(args[1:])
         if spec.count("->") > 1:
             raise EinsumError(f"subscripts {args[0]!r} contain more than one '->'")
@@ -113,6 +140,8 @@ def split_args(args: Sequence[object]) -> tuple[list[list[object]], list[object]
         output = _parse_term(rhs, "output") if arrow else None
         return inputs, output, operands
     # interleaved form: op0, sub0, op1, sub1, ..., [output]
+    if len(args) == 1:
+        raise EinsumError("einsum needs subscripts and at least one operand (got one operand, no sublist)")
     rest = list(args)
     out_term = None
     if len(rest) % 2 == 1:
