@@ -25,6 +25,7 @@ from tensorsql.api import (
 from tensorsql.errors import (
     CatalogError,
     ConfigError,
+    CorruptTableError,
     DatabaseLockedError,
     DTypeError,
     EinsumError,
@@ -47,6 +48,7 @@ __all__ = [
     "Compiled",
     "ConfigError",
     "ContractExpression",
+    "CorruptTableError",
     "DTypeError",
     "DatabaseLockedError",
     "EinsumError",

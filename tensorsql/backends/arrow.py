@@ -74,22 +74,51 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
     return pa.table(cols).replace_schema_metadata(metadata(shape, block_shape, dtype))
 
 
+def _present(
+    table: pa.Table, keys: list[np.ndarray], shape: tuple[int, ...], block_shape: tuple[int, ...]
+) -> int:
+    """How many blocks of the grid the table holds, after checking the keys of its rows with a block (a NULL
+    block, absent or padding, has no say): none NULL, each inside the grid, none twice. Whether every element
+    of the result is written follows from it."""
+    r = len(shape)
+    blocks = table.column("tensor").is_valid().to_numpy(zero_copy_only=False)
+    present = int(blocks.sum())
+    if not r and present > 1:
+        raise ShapeError(f"a 0-d tensor has {present} blocks")
+    if not r or not present:
+        return present
+    for d in range(r):
+        if np.any(table.column(f"k{d}").is_null().to_numpy(zero_copy_only=False) & blocks):
+            raise ShapeError(f"a block of a tensor of shape {shape} has a NULL key k{d}")
+    idx = np.stack([np.asarray(k)[blocks] for k in keys]).astype(np.int64)
+    grid = tuple(-(-m // b) for m, b in zip(shape, block_shape, strict=True))
+    outside = np.flatnonzero(np.any((idx < 0) | (idx >= np.array(grid, np.int64)[:, None]), axis=0))
+    if outside.size:
+        key = tuple(int(k) for k in idx[:, outside[0]])
+        raise ShapeError(f"block key {key} lies outside a tensor of shape {shape}")
+    flat, counts = np.unique(np.ravel_multi_index(tuple(idx), grid), return_counts=True)
+    if counts.max() > 1:
+        key = tuple(int(k) for k in np.unravel_index(flat[np.argmax(counts)], grid))
+        raise ShapeError(f"block key {key} appears {int(counts.max())} times in a tensor of shape {shape}")
+    return present
+
+
 def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Blocks back into one array; absent keys (and NULL blocks) are zero blocks.
 
     Reads the blobs as numpy views of the Arrow buffers (no per-block bytes objects): each element is
-    copied once, into the result.
+    copied once, into the result. The keys are checked first (``_present``): the result starts
+    uninitialised only when every block of the grid is there, once.
     """
     dt = DTYPES[dtype]
     r = len(shape)
     keys = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
+    present = _present(table, keys, shape, block_shape)
     view = _slab_view(table, keys, shape, block_shape, dt)
     if view is not None:
         return view
     nblocks = math.prod(-(-m // b) for m, b in zip(shape, block_shape, strict=True)) if all(shape) else 0
-    complete = table.num_rows == nblocks and table.column("tensor").null_count == 0
-    # every element is written below when every block is present (keys are unique in a tensor relation)
-    out = np.empty(shape, dtype=dt) if complete else np.zeros(shape, dtype=dt)
+    out = np.empty(shape, dtype=dt) if present == nblocks else np.zeros(shape, dtype=dt)
     row0 = 0
     for chunk in table.column("tensor").chunks:
         n = len(chunk)
@@ -109,8 +138,6 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
                 slice(j * b, min((j + 1) * b, m)) for j, b, m in zip(idx, block_shape, shape, strict=True)
             )
             ext = tuple(s.stop - s.start for s in sl)
-            if any(e <= 0 for e in ext) and ext:
-                raise ShapeError(f"block key {tuple(idx)} lies outside a tensor of shape {shape}")
             need = int(np.prod(ext)) * dt.itemsize
             lo, hi = int(offs[i]), int(offs[i + 1])
             if hi - lo != need:

@@ -8,7 +8,14 @@ import re
 import duckdb
 
 import udf_kernels
-from tensorsql.errors import DatabaseLockedError, KernelError, SQLExecutionError, TensorSQLError
+from tensorsql.backends.duckdb.sqlgen import CORRUPT
+from tensorsql.errors import (
+    CorruptTableError,
+    DatabaseLockedError,
+    KernelError,
+    SQLExecutionError,
+    TensorSQLError,
+)
 
 #: DuckDB's "Invalid Input Error: " prefix, then a kernel function's name and a colon
 _KERNEL = re.compile(r"^(?:[A-Za-z ]+Error: )?(tensor\w*|tensorsql\w*): ")
@@ -26,6 +33,9 @@ def wrap(exc: duckdb.Error, what: str) -> BaseException:
     """The tensorsql error (or KeyboardInterrupt, for an interrupted query) for a DuckDB error."""
     if isinstance(exc, duckdb.InterruptException):
         return KeyboardInterrupt(f"{what}: interrupted")
+    text = str(exc)
+    if isinstance(exc, duckdb.InvalidInputException) and CORRUPT in text:  # a stored-table check (sqlgen)
+        return CorruptTableError(f"{what}: {text[text.index(CORRUPT) :]}")
     fn = kernel_function(exc)
     if fn is not None:
         return KernelError(f"{what}: a block kernel rejected its input: {exc}")

@@ -255,7 +255,7 @@ class DuckDBExecutor:
         with self._lock:
             self._bind(st, plan, bindings)
             try:
-                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan))
+                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=True)
                 props = exp.Properties(expressions=[exp.TemporaryProperty()]) if temporary else None
                 create = exp.Create(
                     this=exp.Table(this=sqlgen.ident(name)),
@@ -324,7 +324,7 @@ class DuckDBExecutor:
         key = "pretty" if pretty else "flat"
         if key not in st.text:
             st.text[key] = sqlgen.sql_text(
-                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan)), pretty=pretty
+                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=True), pretty=pretty
             )
         return st.text[key]
 
@@ -440,6 +440,8 @@ class DuckDBExecutor:
             weakref.finalize(plan, _deallocate, weakref.ref(self), name, st.lane)
         try:
             return con.execute(st.text["execute"]).fetchall()[0]
+        except duckdb.InvalidInputException:  # the data's fault (a kernel's or a stored table's check)
+            raise
         except duckdb.Error:
             self._forget_prepared(st)
             return con.execute(text).fetchall()[0]
@@ -452,7 +454,9 @@ class DuckDBExecutor:
         if "sink" not in st.text:
             if st.sink_slot is None:
                 raise ExtensionError("the loaded kernels do not see result sinks")
-            ast = sqlgen.to_sink_ast(plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan))
+            ast = sqlgen.to_sink_ast(
+                plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan), checks=True
+            )
             st.text["sink"] = sqlgen.sql_text(ast)
             st.lane = not st.long and ast.find(exp.From, exp.Table) is None
         return st.text["sink"]

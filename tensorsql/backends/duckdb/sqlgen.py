@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from sqlglot import exp
 
+from tensorsql.dtypes import DTYPES
 from tensorsql.errors import PlanError
 from tensorsql.ir import tra as T
 from tensorsql.ir.ops import AGG_FUNCS
@@ -82,6 +83,134 @@ def spec(*terms: tuple[str, ...]) -> str:
     return ",".join(parts[:-1]) + "->" + parts[-1]
 
 
+# -- checks of stored tables ----------------------------------------------------------------------------
+#: the start of the message of every check below (``errors.wrap`` maps it to ``CorruptTableError``)
+CORRUPT = "tensorsql: corrupted stored table"
+
+
+def _concat(*parts: str | exp.Expression) -> exp.Expression:
+    """``concat(...)`` of message parts: Python strings and number literals are text (adjacent ones merged),
+    a CASE of texts is itself, other expressions are printed as text ('NULL' for NULL)."""
+    args: list[exp.Expression] = []
+    text = ""
+    for part in parts:
+        if isinstance(part, str | exp.Literal):
+            text += part if isinstance(part, str) else part.name
+            continue
+        if text:
+            args.append(lit(text))
+            text = ""
+        if isinstance(part, exp.Case):
+            args.append(part)
+            continue
+        as_text = exp.Cast(this=part, to=exp.DataType.build("VARCHAR"))
+        args.append(call("coalesce", as_text, lit("NULL")))
+    if text:
+        args.append(lit(text))
+    return call("concat", *args)
+
+
+def _key(keys: list[exp.Expression]) -> exp.Expression:
+    """A block's key for a message: ``[0, NULL]``."""
+    return exp.Array(expressions=[k.copy() for k in keys])
+
+
+def _raise(message: exp.Expression, to: str) -> exp.Expression:
+    """DuckDB's ``error(message)``, typed as the column it stands in for."""
+    return exp.Cast(this=call("error", message), to=exp.DataType.build(to))
+
+
+def _in_grid(scan: T.Scan, keys: list[exp.Expression]) -> exp.Expression | None:
+    """Every key inside the block grid (NULL for a NULL key); None for a 0-d table, which has no keys."""
+    s = scan.schema
+    conds: list[exp.Expression] = []
+    for lab, k in zip(s.keys, keys, strict=True):
+        conds.append(exp.GTE(this=k.copy(), expression=lit(0)))
+        conds.append(exp.LT(this=k.copy(), expression=lit(s.nblocks(lab))))
+    return exp.and_(*conds) if conds else None
+
+
+def _off_grid(scan: T.Scan, keys: list[exp.Expression]) -> tuple[exp.Expression, exp.Expression]:
+    """Whether a key is NULL or outside the grid, and the message text for it (a WHEN of a message CASE)."""
+    s = scan.schema
+    null = exp.or_(*[exp.Is(this=k.copy(), expression=exp.Null()) for k in keys])
+    grid = ", ".join(str(s.nblocks(k)) for k in s.keys)
+    shape = ", ".join(str(s.sizes[k]) for k in s.keys)
+    blocks = ", ".join(str(s.blocks[k]) for k in s.keys)
+    outside = f" lies outside its block grid [{grid}] (shape [{shape}] in blocks of [{blocks}])"
+    where = exp.case().when(null, lit(" has a NULL key column")).else_(lit(outside))
+    return exp.Not(this=call("coalesce", _in_grid(scan, keys), exp.false())), where
+
+
+def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) -> exp.Expression:
+    """A stored block as it is read, checked first: unless it is NULL (absent), its key inside the block
+    grid and its blob as long as its block shape and dtype need; else the query stops with an error naming
+    the table and the key. A projection of rows the query reads anyway: no scan of its own, no copy. Checked
+    before a kernel sees the block, so the error is this one, not the kernel's."""
+    s = scan.schema
+    cols = dict(zip(s.keys, keys, strict=True))
+    extents = [extent(s, k, exp.Cast(this=cols[k].copy(), to=exp.DataType.build("BIGINT"))) for k in s.keys]
+    fixed = [int(e.name) for e in extents if isinstance(e, exp.Literal)]
+    need: exp.Expression = lit(DTYPES[s.dtype].itemsize * math.prod(fixed))
+    for e in extents:
+        if not isinstance(e, exp.Literal):
+            need = exp.Mul(this=need, expression=e)
+    size = call("octet_length", tensor.copy())
+    fits: exp.Expression = exp.EQ(this=size, expression=need)
+    in_grid = _in_grid(scan, keys)
+    if in_grid is not None:
+        fits = exp.and_(in_grid, fits)
+    # a NULL block is absent (or a padding row of a positional join, whose keys are NULL too: ``guard``
+    # checks the stored keys)
+    ok = exp.or_(exp.Is(this=tensor.copy(), expression=exp.Null()), fits)
+    shape: list[str | exp.Expression] = []
+    for i, e in enumerate(extents):
+        shape += [", " if i else "", e.copy()]
+    wrong = _concat(
+        " has ", size.copy(), " bytes but its block shape [", *shape, f"] of {s.dtype} needs ", need
+    )
+    what = wrong if in_grid is None else exp.case().when(*_off_grid(scan, keys)).else_(wrong)
+    head = f"{CORRUPT} {scan.table!r}: block" + (" key " if keys else "")
+    message = _concat(head, *([_key(keys)] if keys else []), what)
+    return exp.case().when(ok, tensor.copy()).else_(_raise(message, "BLOB"))
+
+
+def _bad_keys(scan: T.Scan) -> exp.Select:
+    """One message per bad key of a stored table: repeated, NULL or outside the grid (the key columns
+    only: the blobs are not read)."""
+    s = scan.schema
+    stored = [exp.column(k, quoted=True) for k in s.keys]
+    per_key = exp.select(*stored, exp.alias_(exp.Count(this=exp.Star()), ident("n")))
+    per_key = per_key.from_(exp.Table(this=ident(scan.table)))
+    if stored:
+        per_key = per_key.group_by(*[k.copy() for k in stored])
+    g = [col("g", k) for k in s.keys]
+    repeated = exp.GT(this=col("g", "n"), expression=lit(1))
+    what = exp.case().when(repeated.copy(), _concat(" appears ", col("g", "n"), " times"))
+    bad: exp.Expression = repeated
+    if g:
+        off, where = _off_grid(scan, g)
+        what = what.when(off.copy(), where)
+        bad = exp.or_(repeated, off)
+    head = f"{CORRUPT} {scan.table!r}: block" + (" key " if g else "")
+    message = _concat(head, *([_key(g)] if g else []), what)
+    return exp.select(exp.alias_(message, ident("m"))).from_(per_key.subquery("g")).where(bad)
+
+
+def guard(scans: list[T.Scan], columns: list[tuple[str, str]]) -> exp.Select:
+    """A branch for ``UNION ALL`` beside a statement's result: no row, or the first bad key of the stored
+    tables the statement reads, raised as an error. Whatever rows the query pairs or drops, every key of
+    every table it reads is checked once per run; a union branch is a pipeline of its own, where a cross
+    join with the result might materialize the result. ``columns``: (name, SQL type) of the rows."""
+    bad: exp.Query = _bad_keys(scans[0])
+    for scan in scans[1:]:
+        bad = exp.union(bad, _bad_keys(scan), distinct=False)
+    *nulls, (last, last_type) = columns
+    cells = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), ident(n)) for n, t in nulls]
+    raised = exp.alias_(_raise(col("bad", "m"), last_type), ident(last))
+    return exp.select(*cells, raised).from_(exp.Subquery(this=bad, alias=exp.TableAlias(this=ident("bad"))))
+
+
 @dataclass
 class Src:
     """An input of a row-wise SELECT: the aliased table, its key column per label, filters on it.
@@ -98,9 +227,17 @@ class Src:
     shape: exp.Expression | None = None
     #: the block itself, for an inlined one-block operand (``Scalar``: no table, keys all 0)
     value: exp.Expression | None = None
+    #: a stored table read directly, whose blocks are checked as they are read (``checked``), and its key
+    #: columns in positional order
+    scan: T.Scan | None = None
+    scan_keys: list[exp.Expression] | None = None
 
     def tensor(self) -> exp.Expression:
-        return self.value.copy() if self.value is not None else col(self.alias, "tensor")
+        if self.value is not None:
+            return self.value.copy()
+        if self.scan is not None and self.scan_keys is not None:
+            return checked(self.scan, self.scan_keys, col(self.alias, "tensor"))
+        return col(self.alias, "tensor")
 
 
 @dataclass(frozen=True)
@@ -164,14 +301,22 @@ def _unbound(rel: T.Input) -> str:
 
 
 class _Builder:
-    def __init__(self, names: Names | None = None, bind: Bind | None = None) -> None:
+    def __init__(self, names: Names | None = None, bind: Bind | None = None, checks: bool = False) -> None:
         self.ctes: list[tuple[str, exp.Select]] = []
         self.refs: dict[T.Rel, str] = {}
         self.names = names or Names()
         self.bind = bind or _unbound
+        #: check the stored tables the statement reads (``checked``, ``guard``)
+        self.checks = checks
+        #: the stored tables read, once each (by table and metadata)
+        self.scans: dict[tuple[object, ...], T.Scan] = {}
 
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
+            if self.checks:
+                s = rel.schema
+                shape = tuple((s.sizes[k], s.blocks[k]) for k in s.keys)
+                self.scans.setdefault((rel.table, shape, s.dtype), rel)
             return rel.table
         if rel not in self.refs:
             if isinstance(rel, T.Input):
@@ -210,8 +355,20 @@ class _Builder:
                     where.append(exp.EQ(this=cols[lab].copy(), expression=col(alias, pos)))
                 else:
                     cols[lab] = col(alias, pos)
-            return Src(table(self.ref(rel.child), alias), cols, where, alias)
-        return Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
+            src = Src(table(self.ref(rel.child), alias), cols, where, alias)
+        else:
+            src = Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
+        leaf = rel.child if isinstance(rel, T.Relabel) else rel
+        if self.checks and isinstance(leaf, T.Scan):
+            src.scan, src.scan_keys = leaf, [col(alias, k) for k in leaf.schema.keys]
+        return src
+
+    def read(self, rel: T.Rel, alias: str) -> exp.Expression:
+        """The ``tensor`` column of ``rel`` read under ``alias``: checked when ``rel`` is a stored table."""
+        tensor = col(alias, "tensor")
+        if self.checks and isinstance(rel, T.Scan):
+            return checked(rel, [col(alias, k) for k in rel.schema.keys], tensor)
+        return tensor
 
     def select(self, rel: T.Rel) -> exp.Select:
         if isinstance(rel, T.Positional) and isinstance(rel.child, T.Aggregate | T.Join | T.Unary):
@@ -411,7 +568,7 @@ class _Builder:
         sliced = call(
             "tensor_slice",
             lit(src.dtype),
-            col("c", "tensor"),
+            self.read(rel.child, "c"),
             block_shape(src, {k: col("c", k) for k in src.keys}),
             array(start),
             array(stop),
@@ -521,8 +678,9 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
         return direct.source.select(exp.alias_(tensor, written), copy=False)
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)
-    tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), col("c", "tensor"), shape)
-    return exp.select(exp.alias_(tensor, written)).from_(table(b.ref(root), "c"))
+    source = table(b.ref(root), "c")
+    tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), b.read(root, "c"), shape)
+    return exp.select(exp.alias_(tensor, written)).from_(source)
 
 
 def _row_of(b: _Builder, root: T.Rel) -> Row | None:
@@ -537,20 +695,23 @@ def _row_of(b: _Builder, root: T.Rel) -> Row | None:
 
 
 def to_sink_ast(
-    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None
+    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None, checks: bool = False
 ) -> exp.Select:
     """The plan as one statement that writes every result block into the result sink ``key`` (a slot the
     caller points at a C-contiguous array) and returns (blocks, elements) written, for a completeness
-    check."""
+    check. ``checks``: check the stored tables it reads (see ``guard``), so every written block has a
+    distinct key inside the grid and "elements == size" means every block was written."""
     if len(set(root.schema.blob)) != len(root.schema.blob):
         raise TypeError("a result sink needs one blob label per dimension")
-    b = _Builder(names, bind)
-    rows = _sink_rows(b, root, key)
+    b = _Builder(names, bind, checks)
+    rows: exp.Query = _sink_rows(b, root, key)
     if not b.ctes and rows.args.get("from_") is None and not rows.args.get("group"):
         # every input inlined and one output block: the row itself is the answer, one row with no FROM (no
         # aggregate to count it, which costs DuckDB as much as the rest of such a statement)
         (written,) = rows.expressions
         return exp.select(exp.alias_(lit(1), ident("blocks")), exp.alias_(written.this, ident("elements")))
+    if b.scans:
+        rows = exp.union(rows, guard(list(b.scans.values()), [("written", "BIGINT")]), distinct=False)
     w = col("w", "written")
     q = exp.select(
         exp.alias_(exp.Count(this=w), ident("blocks")), exp.alias_(exp.Sum(this=w.copy()), ident("elements"))
@@ -560,16 +721,27 @@ def to_sink_ast(
     return q
 
 
-def to_ast(root: T.Rel, *, names: Names | None = None, bind: Bind | None = None) -> exp.Select:
+def to_ast(
+    root: T.Rel, *, names: Names | None = None, bind: Bind | None = None, checks: bool = False
+) -> exp.Query:
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
-    rows a positional join may leave, so results and saved tables hold real blocks only)."""
-    b = _Builder(names, bind)
+    rows a positional join may leave, so results and saved tables hold real blocks only). ``checks``: check
+    the stored tables it reads (``checked`` where their blocks are read, ``guard`` for their keys)."""
+    b = _Builder(names, bind, checks)
     name = b.ref(root)
-    q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
+    q: exp.Query
+    if checks and isinstance(root, T.Scan):  # the stored table itself: its blocks checked as they pass
+        keys = [exp.alias_(col("c", k), ident(k)) for k in root.schema.keys]
+        q = exp.select(*keys, exp.alias_(b.read(root, "c"), ident("tensor"))).from_(table(name, "c"))
+    else:
+        q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
     if T.may_pad(root):
         q = q.where(
             exp.Not(this=exp.Is(this=exp.column("tensor", quoted=True), expression=exp.Null())), copy=False
         )
+    if b.scans:
+        columns = [(k, "INTEGER") for k in root.schema.keys] + [("tensor", "BLOB")]
+        q = exp.union(q, guard(list(b.scans.values()), columns), distinct=False)
     for cte_name, cte in b.ctes:
         q = q.with_(ident(cte_name), as_=cte, copy=False)
     return q
