@@ -284,29 +284,22 @@ class DuckDBExecutor:
     def ingest_rows(
         self, query: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
     ) -> str:
-        """Rows (i0, ..., i{r-1}, value) of a user query -> a dense blocked temporary table (its name)."""
+        """Rows (i0, ..., i{r-1}, value) of a user query -> a dense blocked temporary table (its name).
+
+        The query runs once, inside the one statement that builds the table and checks every row as it
+        passes (``ingest``); before it, DuckDB only binds it (LIMIT 0) for its columns' types."""
         import sqlglot
 
         try:
             parsed = sqlglot.parse_one(query, read="duckdb")
-        except sqlglot.errors.ParseError as exc:
+        except sqlglot.errors.SqlglotError as exc:  # ParseError, TokenError (an unterminated comment), ...
             raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
         if not isinstance(parsed, exp.Query):
             raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
-        r = len(shape)
         _, described = self.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
-        if len(described) != r + 1:
-            cols = ", ".join([*(f"i{d}" for d in range(r)), "value"])
-            raise ShapeError(
-                f"from_sql: the query returns {len(described)} column(s) but a {r}-d tensor needs "
-                f"{r + 1} ({cols})"
-            )
-        check = ingest.out_of_range(parsed, shape)
-        if check is not None:
-            rows = self.query(check, "from_sql")
-            if rows:
-                raise ShapeError(f"from_sql: row with coordinates {rows[0]} lies outside shape {shape}")
-        dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype)
+        columns = [(str(d[0]), str(d[1])) for d in described]
+        ingest.check_columns(columns, len(shape))
+        dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype, [t for _, t in columns])
         name = f"_ts_tmp_{next(_ids)}"
         create = exp.Create(
             this=exp.Table(this=sqlgen.ident(name)),
@@ -314,7 +307,11 @@ class DuckDBExecutor:
             expression=dense,
             properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
         )
-        self.query(create, "from_sql")
+        with self._lock:
+            try:
+                self.con.execute(sqlgen.sql_text(create)).fetchall()
+            except duckdb.Error as exc:
+                raise ingest.row_error(exc) or wrap(exc, "from_sql") from exc
         return name
 
     # -- running plans -------------------------------------------------------------------------------------

@@ -88,7 +88,7 @@ def spec(*terms: tuple[str, ...]) -> str:
 CORRUPT = "tensorsql: corrupted stored table"
 
 
-def _concat(*parts: str | exp.Expression) -> exp.Expression:
+def concat_text(*parts: str | exp.Expression) -> exp.Expression:
     """``concat(...)`` of message parts: Python strings and number literals are text (adjacent ones merged),
     a CASE of texts is itself, other expressions are printed as text ('NULL' for NULL)."""
     args: list[exp.Expression] = []
@@ -166,12 +166,12 @@ def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) ->
     shape: list[str | exp.Expression] = []
     for i, e in enumerate(extents):
         shape += [", " if i else "", e.copy()]
-    wrong = _concat(
+    wrong = concat_text(
         " has ", size.copy(), " bytes but its block shape [", *shape, f"] of {s.dtype} needs ", need
     )
     what = wrong if in_grid is None else exp.case().when(*_off_grid(scan, keys)).else_(wrong)
     head = f"{CORRUPT} {scan.table!r}: block" + (" key " if keys else "")
-    message = _concat(head, *([_key(keys)] if keys else []), what)
+    message = concat_text(head, *([_key(keys)] if keys else []), what)
     return exp.case().when(ok, tensor.copy()).else_(_raise(message, "BLOB"))
 
 
@@ -186,14 +186,14 @@ def _bad_keys(scan: T.Scan) -> exp.Select:
         per_key = per_key.group_by(*[k.copy() for k in stored])
     g = [col("g", k) for k in s.keys]
     repeated = exp.GT(this=col("g", "n"), expression=lit(1))
-    what = exp.case().when(repeated.copy(), _concat(" appears ", col("g", "n"), " times"))
+    what = exp.case().when(repeated.copy(), concat_text(" appears ", col("g", "n"), " times"))
     bad: exp.Expression = repeated
     if g:
         off, where = _off_grid(scan, g)
         what = what.when(off.copy(), where)
         bad = exp.or_(repeated, off)
     head = f"{CORRUPT} {scan.table!r}: block" + (" key " if g else "")
-    message = _concat(head, *([_key(g)] if g else []), what)
+    message = concat_text(head, *([_key(g)] if g else []), what)
     return exp.select(exp.alias_(message, ident("m"))).from_(per_key.subquery("g")).where(bad)
 
 
