@@ -247,3 +247,16 @@ def test_from_sql_parse_errors_are_typed(s):
 def test_from_sql_sums_duplicate_coordinates(s):
     rel = s.from_sql("SELECT i % 3 AS a, i % 2 AS b, i AS v FROM range(10) t(i)", shape=(3, 2), dtype="int64")
     np.testing.assert_array_equal(rel.numpy(), [[6, 12], [4, 8], [10, 5]])
+
+
+def test_tables_named_like_generated_ctes_are_read(s):
+    """A stored table named like a CTE of the generated statement ('t0', 'T1') is read, not hidden by the CTE
+    (DuckDB resolves names case-insensitively)."""
+    rng = np.random.default_rng(3)
+    a, b, c = rng.standard_normal((6, 4)), rng.standard_normal((4, 5)), rng.standard_normal((5, 3))
+    s.from_numpy(a, block_shape=(3, 2)).save("t0", replace=True)
+    s.from_numpy(b, block_shape=(2, 5)).save("T1", replace=True)
+    s.from_numpy(c, block_shape=(5, 3)).save("t2", replace=True)
+    for strategy in STRATEGIES:
+        rel = s.einsum("ij,jk,kl->il", s.table("t0"), s.table("T1"), s.table("t2"), strategy=strategy)
+        assert_einsum_close(rel.numpy(), "ij,jk,kl->il", a, b, c)

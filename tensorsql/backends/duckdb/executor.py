@@ -437,8 +437,8 @@ class DuckDBExecutor:
             weakref.finalize(plan, _deallocate, weakref.ref(self), name, st.lane)
         try:
             return con.execute(st.text["execute"]).fetchall()[0]
-        except duckdb.InvalidInputException:  # the data's fault (a kernel's or a stored table's check)
-            raise
+        except (duckdb.InvalidInputException, duckdb.InterruptException):
+            raise  # the data's fault (a kernel's or a stored table's check) or Ctrl-C: not the statement's
         except duckdb.Error:
             self._forget_prepared(st)
             return con.execute(text).fetchall()[0]

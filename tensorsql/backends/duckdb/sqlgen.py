@@ -300,11 +300,30 @@ def _unbound(rel: T.Input) -> str:
     raise PlanError(f"operand {rel.name!r} (#{rel.index}) has no binding in this statement")
 
 
+def _stored_names(root: T.Rel) -> set[str]:
+    """The (lower-cased) names of the stored tables a plan reads: no CTE may take one (a CTE named like a
+    table hides it from every reference in the statement)."""
+    seen: set[T.Rel] = set()
+    stack, out = [root], set()
+    while stack:
+        rel = stack.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        if isinstance(rel, T.Scan):
+            out.add(rel.table.lower())
+        stack.extend(T.inputs(rel))
+    return out
+
+
 class _Builder:
-    def __init__(self, names: Names | None = None, bind: Bind | None = None, checks: bool = False) -> None:
+    def __init__(
+        self, root: T.Rel, names: Names | None = None, bind: Bind | None = None, checks: bool = False
+    ) -> None:
         self.ctes: list[tuple[str, exp.Select]] = []
         self.refs: dict[T.Rel, str] = {}
         self.names = names or Names()
+        self.names.reserved |= _stored_names(root)
         self.bind = bind or _unbound
         #: check the stored tables the statement reads (``checked``, ``guard``)
         self.checks = checks
@@ -703,7 +722,7 @@ def to_sink_ast(
     distinct key inside the grid and "elements == size" means every block was written."""
     if len(set(root.schema.blob)) != len(root.schema.blob):
         raise TypeError("a result sink needs one blob label per dimension")
-    b = _Builder(names, bind, checks)
+    b = _Builder(root, names, bind, checks)
     rows: exp.Query = _sink_rows(b, root, key)
     if not b.ctes and rows.args.get("from_") is None and not rows.args.get("group"):
         # every input inlined and one output block: the row itself is the answer, one row with no FROM (no
@@ -727,7 +746,7 @@ def to_ast(
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
     rows a positional join may leave, so results and saved tables hold real blocks only). ``checks``: check
     the stored tables it reads (``checked`` where their blocks are read, ``guard`` for their keys)."""
-    b = _Builder(names, bind, checks)
+    b = _Builder(root, names, bind, checks)
     name = b.ref(root)
     q: exp.Query
     if checks and isinstance(root, T.Scan):  # the stored table itself: its blocks checked as they pass
