@@ -25,8 +25,11 @@ EDITS = {
         r"\[0, 2\] appears 2 times",
     ),
     "negative_key": ('UPDATE {t} SET k1 = -1 WHERE k0 = 2 AND k1 = 1', r"\[2, -1\] lies outside"),
-    "key_outside_the_grid": ('UPDATE {t} SET k0 = 3 WHERE k0 = 2 AND k1 = 0', r"\[3, 0\] lies outside"),
-    "null_key": ('UPDATE {t} SET k0 = NULL WHERE k0 = 1 AND k1 = 1', r"\[NULL, 1\] has a NULL key"),
+    "key_outside_the_grid": (
+        "UPDATE {t} SET k0 = 3 WHERE k0 = 2 AND k1 = 0",
+        r"\[3, 0\] lies outside its block grid \[3, 3\] \(shape \[5, 7\] in blocks of \[2, 3\]\)",
+    ),
+    "null_key": ("UPDATE {t} SET k0 = NULL WHERE k0 = 1 AND k1 = 1", r"\[NULL, 1\] has a NULL key column"),
     "truncated_blob": (
         "UPDATE {t} SET tensor = tensor[1:8] WHERE k0 = 0 AND k1 = 1",
         r"\[0, 1\] has 8 bytes but its block shape \[2, 3\] of float64 needs 48",
@@ -117,9 +120,36 @@ def test_a_corrupted_0d_table_raises(s):
 def test_an_arrow_table_with_repeated_keys_is_caught(s):
     table = s.from_numpy(X, block_shape=(5, 4)).to_arrow()
     twice = pa.concat_tables([table, table.slice(0, 1)]).replace_schema_metadata(table.schema.metadata)
-    rel = s.from_arrow(twice)
     with pytest.raises(ts.CorruptTableError, match=r"block key \[0, 0\] appears 2 times"):
-        rel.numpy()
+        s.from_arrow(twice)  # an Arrow table cannot change: checked once, when it is registered
+
+
+def test_from_arrow_checks_the_table_once_when_registered(s):
+    """A registered Arrow table cannot change, so it is checked whole by from_arrow, and the queries that
+    read it skip the checks (as they do for from_numpy's own views)."""
+    table = s.from_numpy(X, block_shape=(2, 3)).to_arrow()
+    meta = table.schema.metadata
+
+    def edited(column: str, values: list) -> pa.Table:
+        typ = pa.binary() if column == "tensor" else pa.int32()
+        changed = table.set_column(table.column_names.index(column), column, pa.array(values, typ))
+        return changed.replace_schema_metadata(meta)
+
+    keys0 = table.column("k0").to_pylist()
+    blobs = table.column("tensor").to_pylist()
+    bad = {
+        r"block key \[NULL, 0\] has a NULL key column": edited("k0", [None, *keys0[1:]]),
+        r"block key \[7, 0\] lies outside its block grid \[3, 3\]": edited("k0", [7, *keys0[1:]]),
+        r"\[0, 0\] has 8 bytes but its block needs 48": edited("tensor", [blobs[0][:8], *blobs[1:]]),
+    }
+    for match, arrow_table in bad.items():
+        with pytest.raises(ts.CorruptTableError, match=match):
+            s.from_arrow(arrow_table)
+    sparse = s.from_arrow(edited("tensor", [None, *blobs[1:]]))  # a NULL block is absent: zeros
+    want = X.copy()
+    want[:2, :3] = 0
+    np.testing.assert_array_equal(sparse.numpy(), want)
+    assert "corrupted stored table" not in s.einsum("ij,jk->ik", sparse, W).sql()
 
 
 def test_a_table_edited_between_reads_is_caught_by_the_next_read(s):

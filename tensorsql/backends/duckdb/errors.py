@@ -8,7 +8,7 @@ import re
 import duckdb
 
 import udf_kernels
-from tensorsql.backends.duckdb.sqlgen import CORRUPT
+from tensorsql.backends.duckdb.sqlgen import corrupt_message
 from tensorsql.errors import (
     CorruptTableError,
     DatabaseLockedError,
@@ -33,9 +33,9 @@ def wrap(exc: duckdb.Error, what: str) -> BaseException:
     """The tensorsql error (or KeyboardInterrupt, for an interrupted query) for a DuckDB error."""
     if isinstance(exc, duckdb.InterruptException):
         return KeyboardInterrupt(f"{what}: interrupted")
-    text = str(exc)
-    if isinstance(exc, duckdb.InvalidInputException) and CORRUPT in text:  # a stored-table check (sqlgen)
-        return CorruptTableError(f"{what}: {text[text.index(CORRUPT) :]}")
+    corrupt = corrupt_message(str(exc)) if isinstance(exc, duckdb.InvalidInputException) else None
+    if corrupt is not None:  # a stored table's check (sqlgen.checked, sqlgen.guard)
+        return CorruptTableError(f"{what}: {corrupt}")
     fn = kernel_function(exc)
     if fn is not None:
         return KernelError(f"{what}: a block kernel rejected its input: {exc}")

@@ -146,6 +146,8 @@ class DuckDBExecutor:
         self.catalog = DuckDBCatalog(self.con, self._lock)
         self.kernel_set = DuckDBKernels(self)
         self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
+        #: uploaded views, checked whole when uploaded (immutable Arrow tables: reads skip the checks)
+        self._views: set[str] = set()
         #: sinks and slots: None until checked once against this connection
         self._sinks: bool | None = None
         self._slots: bool | None = None
@@ -210,15 +212,26 @@ class DuckDBExecutor:
 
     # -- relations the engine holds ----------------------------------------------------------------------
     def upload(self, table: pa.Table) -> str:
-        """Registers a blocked Arrow table as a view (DuckDB reads it in place); returns its name."""
+        """Registers a blocked Arrow table as a view (DuckDB reads it in place); returns its name.
+
+        A table with tensorsql's metadata is checked whole here (``arrow.check_blocks``: CorruptTableError for
+        a NULL, out-of-grid or repeated key, a blob of the wrong length): an Arrow table cannot change, so the
+        queries that read the view skip the checks every stored table gets (``sqlgen.checked``, ``guard``).
+        """
+        known = arrow.read_metadata(table.schema.metadata or {})
+        if known is not None:
+            arrow.check_blocks(table, *known)
         name = f"_ts_tmp_{next(_ids)}"
         with self._lock:
             self.con.register(name, table)
+            if known is not None:
+                self._views.add(name)
         return name
 
     def release(self, name: str) -> None:
         """Unregisters an uploaded view (finalizers call this; a closed connection has nothing to release)."""
         with self._lock:
+            self._views.discard(name)
             if self.closed:
                 return
             try:
@@ -255,7 +268,7 @@ class DuckDBExecutor:
         with self._lock:
             self._bind(st, plan, bindings)
             try:
-                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=True)
+                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
                 props = exp.Properties(expressions=[exp.TemporaryProperty()]) if temporary else None
                 create = exp.Create(
                     this=exp.Table(this=sqlgen.ident(name)),
@@ -321,7 +334,7 @@ class DuckDBExecutor:
         key = "pretty" if pretty else "flat"
         if key not in st.text:
             st.text[key] = sqlgen.sql_text(
-                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=True), pretty=pretty
+                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check), pretty=pretty
             )
         return st.text[key]
 
@@ -452,11 +465,15 @@ class DuckDBExecutor:
             if st.sink_slot is None:
                 raise ExtensionError("the loaded kernels do not see result sinks")
             ast = sqlgen.to_sink_ast(
-                plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan), checks=True
+                plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan), checks=self._must_check
             )
             st.text["sink"] = sqlgen.sql_text(ast)
             st.lane = not st.long and ast.find(exp.From, exp.Table) is None
         return st.text["sink"]
+
+    def _must_check(self, scan: T.Scan) -> bool:
+        """Whether a statement checks a stored table it reads: any but a view checked when uploaded."""
+        return scan.table not in self._views
 
     # -- operand bindings ----------------------------------------------------------------------------------
     def _sinks_available(self) -> bool:

@@ -13,7 +13,7 @@ import duckdb
 from sqlglot import exp
 
 from tensorsql.backends.duckdb import sqlgen
-from tensorsql.backends.duckdb.sqlgen import call, col, concat_text, ident, lit
+from tensorsql.backends.duckdb.sqlgen import call, col, ident, lit
 from tensorsql.errors import DTypeError, ShapeError
 from tensorsql.ir import blocking as B
 from tensorsql.ir import tra as T
@@ -63,6 +63,29 @@ def _rows(parsed: exp.Query, r: int) -> exp.Select:
     return exp.select(exp.Star()).from_(exp.Subquery(this=parsed.copy(), alias=alias))
 
 
+def _concat(*parts: str | exp.Expression) -> exp.Expression:
+    """``concat(...)`` of message parts: Python strings are text (adjacent ones merged), expressions are cast
+    to text (NULL prints nothing: see ``_shown``)."""
+    args: list[exp.Expression] = []
+    text = ""
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+            continue
+        if text:
+            args.append(lit(text))
+            text = ""
+        args.append(exp.Cast(this=part, to=exp.DataType.build("VARCHAR")))
+    if text:
+        args.append(lit(text))
+    return call("concat", *args)
+
+
+def _shown(value: exp.Expression) -> exp.Expression:
+    """A value as message text, 'NULL' for NULL."""
+    return call("coalesce", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR")), lit("NULL"))
+
+
 def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str]) -> exp.Select:
     """The rows with each coordinate checked and made a BIGINT: NULL, non-integral or outside ``shape``
     stops the statement with an error naming the row (its coordinates as the query gave them)."""
@@ -70,11 +93,11 @@ def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str]) -> exp
     raw = [col("s", f"i{d}") for d in range(r)]
     row: list[str | exp.Expression] = ["("]
     for d, c in enumerate(raw):
-        row += [", " if d else "", c.copy()]
+        row += [", " if d else "", _shown(c)]
     row.append(")")
 
     def fail(*what: str | exp.Expression) -> exp.Expression:
-        return call("error", concat_text(f"{ROW} the row with coordinates ", *row, *what))
+        return call("error", _concat(f"{ROW} the row with coordinates ", *row, *what))
 
     cells: list[exp.Expression] = []
     for d, (c, n) in enumerate(zip(raw, shape, strict=True)):

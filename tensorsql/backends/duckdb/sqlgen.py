@@ -12,6 +12,7 @@ contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.te
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -84,62 +85,52 @@ def spec(*terms: tuple[str, ...]) -> str:
 
 
 # -- checks of stored tables ----------------------------------------------------------------------------
-#: the start of the message of every check below (``errors.wrap`` maps it to ``CorruptTableError``)
+# A check that fails stops the query with DuckDB's error(): CORRUPT, the table's metadata as JSON (a literal)
+# and the failing key and number (bytes or count). ``corrupt_message`` turns it into the message the user
+# gets (``errors.wrap``: CorruptTableError). Composing it in Python keeps the SQL small: DuckDB sets up every
+# expression of a statement at every run, failing or not (a message built in SQL cost ~1 ms a run).
+
+#: the start of the message of every check below
 CORRUPT = "tensorsql: corrupted stored table"
 
-
-def concat_text(*parts: str | exp.Expression) -> exp.Expression:
-    """``concat(...)`` of message parts: Python strings and number literals are text (adjacent ones merged),
-    a CASE of texts is itself, other expressions are printed as text ('NULL' for NULL)."""
-    args: list[exp.Expression] = []
-    text = ""
-    for part in parts:
-        if isinstance(part, str | exp.Literal):
-            text += part if isinstance(part, str) else part.name
-            continue
-        if text:
-            args.append(lit(text))
-            text = ""
-        if isinstance(part, exp.Case):
-            args.append(part)
-            continue
-        as_text = exp.Cast(this=part, to=exp.DataType.build("VARCHAR"))
-        args.append(call("coalesce", as_text, lit("NULL")))
-    if text:
-        args.append(lit(text))
-    return call("concat", *args)
+#: which stored tables a statement checks (``to_ast``/``to_sink_ast``'s ``checks``): all, none, or those a
+#: predicate picks (an executor skips the views it checked when it registered them)
+Checks = bool | Callable[[T.Scan], bool]
 
 
-def _key(keys: list[exp.Expression]) -> exp.Expression:
-    """A block's key for a message: ``[0, NULL]``."""
-    return exp.Array(expressions=[k.copy() for k in keys])
-
-
-def _raise(message: exp.Expression, to: str) -> exp.Expression:
-    """DuckDB's ``error(message)``, typed as the column it stands in for."""
-    return exp.Cast(this=call("error", message), to=exp.DataType.build(to))
+def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression) -> exp.Case:
+    """CASE WHEN cond THEN then ELSE default END, built in place (sqlglot's builder copies its arguments)."""
+    return exp.Case(ifs=[exp.If(this=cond, true=then)], default=default)
 
 
 def _in_grid(scan: T.Scan, keys: list[exp.Expression]) -> exp.Expression | None:
     """Every key inside the block grid (NULL for a NULL key); None for a 0-d table, which has no keys."""
     s = scan.schema
-    conds: list[exp.Expression] = []
-    for lab, k in zip(s.keys, keys, strict=True):
-        conds.append(exp.GTE(this=k.copy(), expression=lit(0)))
-        conds.append(exp.LT(this=k.copy(), expression=lit(s.nblocks(lab))))
-    return exp.and_(*conds) if conds else None
+    conds = [
+        exp.Between(this=k.copy(), low=lit(0), high=lit(s.nblocks(lab) - 1))
+        for lab, k in zip(s.keys, keys, strict=True)
+    ]
+    return exp.and_(*conds, copy=False) if conds else None
 
 
-def _off_grid(scan: T.Scan, keys: list[exp.Expression]) -> tuple[exp.Expression, exp.Expression]:
-    """Whether a key is NULL or outside the grid, and the message text for it (a WHEN of a message CASE)."""
+def _about(scan: T.Scan, check: str) -> str:
+    """The start of a failed check's error: CORRUPT and what ``corrupt_message`` needs, as JSON."""
     s = scan.schema
-    null = exp.or_(*[exp.Is(this=k.copy(), expression=exp.Null()) for k in keys])
-    grid = ", ".join(str(s.nblocks(k)) for k in s.keys)
-    shape = ", ".join(str(s.sizes[k]) for k in s.keys)
-    blocks = ", ".join(str(s.blocks[k]) for k in s.keys)
-    outside = f" lies outside its block grid [{grid}] (shape [{shape}] in blocks of [{blocks}])"
-    where = exp.case().when(null, lit(" has a NULL key column")).else_(lit(outside))
-    return exp.Not(this=call("coalesce", _in_grid(scan, keys), exp.false())), where
+    info = {
+        "table": scan.table,
+        "shape": [s.sizes[k] for k in s.keys],
+        "blocks": [s.blocks[k] for k in s.keys],
+        "dtype": s.dtype,
+        "check": check,
+    }
+    return f"{CORRUPT} {json.dumps(info)} "
+
+
+def _failure(about: exp.Expression, keys: list[exp.Expression], number: exp.Expression) -> exp.Expression:
+    """error(about || '[k0, k1] ' || number): the failing key and its byte count or row count."""
+    text = exp.DataType.build("VARCHAR")
+    key = exp.Cast(this=exp.Array(expressions=[k.copy() for k in keys]), to=text) if keys else lit("[]")
+    return call("error", call("concat", about, key, lit(" "), exp.Cast(this=number, to=text)))
 
 
 def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) -> exp.Expression:
@@ -150,65 +141,95 @@ def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) ->
     s = scan.schema
     cols = dict(zip(s.keys, keys, strict=True))
     extents = [extent(s, k, exp.Cast(this=cols[k].copy(), to=exp.DataType.build("BIGINT"))) for k in s.keys]
-    fixed = [int(e.name) for e in extents if isinstance(e, exp.Literal)]
-    need: exp.Expression = lit(DTYPES[s.dtype].itemsize * math.prod(fixed))
+    need: exp.Expression = lit(DTYPES[s.dtype].itemsize * math.prod(int(e.name) for e in extents if e.is_int))
     for e in extents:
-        if not isinstance(e, exp.Literal):
+        if not e.is_int:
             need = exp.Mul(this=need, expression=e)
-    size = call("octet_length", tensor.copy())
-    fits: exp.Expression = exp.EQ(this=size, expression=need)
+    fits = exp.EQ(this=call("octet_length", tensor.copy()), expression=need)
     in_grid = _in_grid(scan, keys)
-    if in_grid is not None:
-        fits = exp.and_(in_grid, fits)
-    # a NULL block is absent (or a padding row of a positional join, whose keys are NULL too: ``guard``
-    # checks the stored keys)
-    ok = exp.or_(exp.Is(this=tensor.copy(), expression=exp.Null()), fits)
-    shape: list[str | exp.Expression] = []
-    for i, e in enumerate(extents):
-        shape += [", " if i else "", e.copy()]
-    wrong = concat_text(
-        " has ", size.copy(), " bytes but its block shape [", *shape, f"] of {s.dtype} needs ", need
+    ok = exp.or_(
+        exp.Is(this=tensor.copy(), expression=exp.Null()),  # absent, or a positional join's padding row
+        fits if in_grid is None else exp.and_(in_grid, fits, copy=False),
+        copy=False,
     )
-    what = wrong if in_grid is None else exp.case().when(*_off_grid(scan, keys)).else_(wrong)
-    head = f"{CORRUPT} {scan.table!r}: block" + (" key " if keys else "")
-    message = concat_text(head, *([_key(keys)] if keys else []), what)
-    return exp.case().when(ok, tensor.copy()).else_(_raise(message, "BLOB"))
+    failed = _failure(lit(_about(scan, "block")), keys, call("octet_length", tensor.copy()))
+    return _case(ok, tensor.copy(), exp.Cast(this=failed, to=exp.DataType.build("BLOB")))
 
 
-def _bad_keys(scan: T.Scan) -> exp.Select:
-    """One message per bad key of a stored table: repeated, NULL or outside the grid (the key columns
-    only: the blobs are not read)."""
+def _keys_of(index: int, scan: T.Scan, rank: int) -> exp.Select:
+    """The keys of stored table ``index`` for ``guard``: (t, k0..k{rank-1} padded with 0, ok), ok being
+    whether the key lies inside its grid (NULL for a NULL key). The key columns only: no blob is read."""
     s = scan.schema
-    stored = [exp.column(k, quoted=True) for k in s.keys]
-    per_key = exp.select(*stored, exp.alias_(exp.Count(this=exp.Star()), ident("n")))
-    per_key = per_key.from_(exp.Table(this=ident(scan.table)))
-    if stored:
-        per_key = per_key.group_by(*[k.copy() for k in stored])
-    g = [col("g", k) for k in s.keys]
-    repeated = exp.GT(this=col("g", "n"), expression=lit(1))
-    what = exp.case().when(repeated.copy(), concat_text(" appears ", col("g", "n"), " times"))
-    bad: exp.Expression = repeated
-    if g:
-        off, where = _off_grid(scan, g)
-        what = what.when(off.copy(), where)
-        bad = exp.or_(repeated, off)
-    head = f"{CORRUPT} {scan.table!r}: block" + (" key " if g else "")
-    message = concat_text(head, *([_key(g)] if g else []), what)
-    return exp.select(exp.alias_(message, ident("m"))).from_(per_key.subquery("g")).where(bad)
+    keys: list[exp.Expression] = [exp.column(k, quoted=True) for k in s.keys]
+    in_grid = _in_grid(scan, keys)
+    keys += [exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for _ in range(rank - len(keys))]
+    cells = [lit(index), *keys, exp.true() if in_grid is None else in_grid]
+    names = ["t", *(f"k{d}" for d in range(rank)), "ok"]
+    aliased = [exp.alias_(c, ident(n), copy=False) for c, n in zip(cells, names, strict=True)]
+    return exp.select(*aliased, copy=False).from_(exp.Table(this=ident(scan.table)), copy=False)
 
 
 def guard(scans: list[T.Scan], columns: list[tuple[str, str]]) -> exp.Select:
     """A branch for ``UNION ALL`` beside a statement's result: no row, or the first bad key of the stored
-    tables the statement reads, raised as an error. Whatever rows the query pairs or drops, every key of
-    every table it reads is checked once per run; a union branch is a pipeline of its own, where a cross
-    join with the result might materialize the result. ``columns``: (name, SQL type) of the rows."""
-    bad: exp.Query = _bad_keys(scans[0])
-    for scan in scans[1:]:
-        bad = exp.union(bad, _bad_keys(scan), distinct=False)
+    tables the statement reads (repeated, NULL or outside the grid), raised as an error. Whatever rows the
+    query pairs or drops, every key of every table it reads is checked once per run: one GROUP BY over the
+    key columns of all of them. A union branch is a pipeline of its own, where a cross join with the result
+    might materialize the result. ``columns``: (name, SQL type) of the statement's rows."""
+    rank = max(len(scan.schema.keys) for scan in scans)
+    keys: exp.Query = _keys_of(0, scans[0], rank)
+    for i, scan in enumerate(scans[1:], 1):
+        keys = exp.union(keys, _keys_of(i, scan, rank), distinct=False, copy=False)
+    group = [exp.column(n, quoted=True) for n in ["t", *(f"k{d}" for d in range(rank)), "ok"]]
+    per_key = exp.select(*group, exp.alias_(exp.Count(this=exp.Star()), ident("n"), copy=False), copy=False)
+    per_key = per_key.from_(exp.Subquery(this=keys, alias=exp.TableAlias(this=ident("u"))), copy=False)
+    per_key = per_key.group_by(*[c.copy() for c in group], copy=False)
+    bad = exp.or_(
+        exp.GT(this=col("g", "n"), expression=lit(1)),
+        exp.Not(this=call("coalesce", col("g", "ok"), exp.false())),
+        copy=False,
+    )
+    abouts = [lit(_about(scan, "keys")) for scan in scans]
+    about = abouts[0] if len(abouts) == 1 else exp.Bracket(
+        this=exp.Array(expressions=abouts), expressions=[exp.Add(this=col("g", "t"), expression=lit(1))]
+    )
+    failed = _failure(about, [col("g", f"k{d}") for d in range(rank)], col("g", "n"))
     *nulls, (last, last_type) = columns
-    cells = [exp.alias_(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), ident(n)) for n, t in nulls]
-    raised = exp.alias_(_raise(col("bad", "m"), last_type), ident(last))
-    return exp.select(*cells, raised).from_(exp.Subquery(this=bad, alias=exp.TableAlias(this=ident("bad"))))
+    typed = [(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n) for n, t in nulls]
+    cells = [exp.alias_(null, ident(n), copy=False) for null, n in typed]
+    raised = exp.alias_(exp.Cast(this=failed, to=exp.DataType.build(last_type)), ident(last), copy=False)
+    q = exp.select(*cells, raised, copy=False)
+    return q.from_(per_key.subquery("g"), copy=False).where(bad, copy=False)
+
+
+def corrupt_message(text: str) -> str | None:
+    """The user's message for a failed check's error text (None when ``text`` is not one): the table, the
+    key, and what is wrong with it."""
+    at = text.find(CORRUPT)
+    if at < 0:
+        return None
+    rest = text[at + len(CORRUPT) :].lstrip()
+    try:
+        info, end = json.JSONDecoder().raw_decode(rest)
+        key_text, number = rest[end:].strip().rsplit(" ", 1)
+        shape, blocks, dtype = info["shape"], info["blocks"], info["dtype"]
+        rank = len(shape)
+        items = [k.strip() for k in key_text.strip("[]").split(",") if k.strip()][:rank]
+        key = [None if k == "NULL" else int(k) for k in items]
+        count = int(number)
+    except (ValueError, KeyError, TypeError):
+        return text[at:]
+    grid = [-(-n // b) for n, b in zip(shape, blocks, strict=True)]
+    shown = "[" + ", ".join("NULL" if k is None else str(k) for k in key) + "]"
+    head = f"{CORRUPT} {info['table']!r}: block" + (f" key {shown}" if rank else "")
+    if info["check"] == "keys" and count > 1:
+        return f"{head} appears {count} times"
+    if any(k is None for k in key):
+        return f"{head} has a NULL key column"
+    if any(not 0 <= k < g for k, g in zip(key, grid, strict=True)):
+        return f"{head} lies outside its block grid {grid} (shape {shape} in blocks of {blocks})"
+    ext = [min(b, n - b * k) for k, b, n in zip(key, blocks, shape, strict=True)]
+    need = DTYPES[dtype].itemsize * math.prod(ext) if dtype in DTYPES else "?"
+    return f"{head} has {count} bytes but its block shape {ext} of {dtype} needs {need}"
 
 
 @dataclass
@@ -318,21 +339,21 @@ def _stored_names(root: T.Rel) -> set[str]:
 
 class _Builder:
     def __init__(
-        self, root: T.Rel, names: Names | None = None, bind: Bind | None = None, checks: bool = False
+        self, root: T.Rel, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
     ) -> None:
         self.ctes: list[tuple[str, exp.Select]] = []
         self.refs: dict[T.Rel, str] = {}
         self.names = names or Names()
         self.names.reserved |= _stored_names(root)
         self.bind = bind or _unbound
-        #: check the stored tables the statement reads (``checked``, ``guard``)
-        self.checks = checks
+        #: whether to check a stored table the statement reads (``checked``, ``guard``)
+        self.check: Callable[[T.Scan], bool] = checks if callable(checks) else (lambda _scan: bool(checks))
         #: the stored tables read, once each (by table and metadata)
         self.scans: dict[tuple[object, ...], T.Scan] = {}
 
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
-            if self.checks:
+            if self.check(rel):
                 s = rel.schema
                 shape = tuple((s.sizes[k], s.blocks[k]) for k in s.keys)
                 self.scans.setdefault((rel.table, shape, s.dtype), rel)
@@ -378,14 +399,14 @@ class _Builder:
         else:
             src = Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
         leaf = rel.child if isinstance(rel, T.Relabel) else rel
-        if self.checks and isinstance(leaf, T.Scan):
+        if isinstance(leaf, T.Scan) and self.check(leaf):
             src.scan, src.scan_keys = leaf, [col(alias, k) for k in leaf.schema.keys]
         return src
 
     def read(self, rel: T.Rel, alias: str) -> exp.Expression:
         """The ``tensor`` column of ``rel`` read under ``alias``: checked when ``rel`` is a stored table."""
         tensor = col(alias, "tensor")
-        if self.checks and isinstance(rel, T.Scan):
+        if isinstance(rel, T.Scan) and self.check(rel):
             return checked(rel, [col(alias, k) for k in rel.schema.keys], tensor)
         return tensor
 
@@ -406,7 +427,7 @@ class _Builder:
     @staticmethod
     def finish(row: Row, group: bool = False) -> exp.Select:
         cols = [exp.alias_(e, ident(k)) for k, e in row.keys.items()]
-        q = row.source.select(*cols, exp.alias_(row.tensor, ident("tensor")), copy=False)
+        q = row.source.select(*cols, exp.alias_(row.tensor, ident("tensor"), copy=False), copy=False)
         if group and row.keys:
             q = q.group_by(*row.keys.values(), copy=False)
         return q
@@ -530,7 +551,7 @@ class _Builder:
         if _fused(rel, row):
             # tensor_<agg>(tensor_einsum(...)) as one native aggregate: the block products accumulate into
             # the group's output block (GEMM with beta=1 for multiply/sum), no product blob per joined pair
-            tensor = call("tensor_einsum_agg", *[a.copy() for a in row.tensor.expressions])
+            tensor = call("tensor_einsum_agg", *row.tensor.expressions)
         else:
             tensor = call(AGG_FUNCS[rel.agg], row.tensor, lit(rel.schema.dtype))
         return self.finish(Row(row.source, keys, tensor), group=True)
@@ -677,16 +698,19 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
     written = ident("written")
     if isinstance(root, T.Fused):
         row = b.fused(root)
-        args = [_sink_key(key), _starts(root.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
-        return row.source.select(exp.alias_(call("tensor_einsum_path_into", *args), written), copy=False)
+        args = [_sink_key(key), _starts(root.schema, row.keys), *row.tensor.expressions]
+        into = exp.alias_(call("tensor_einsum_path_into", *args), written, copy=False)
+        return row.source.select(into, copy=False)
     agg = root.child if isinstance(root, T.Positional) else None
     row = b.row(agg.child) if isinstance(agg, T.Aggregate) and isinstance(agg.child, T.Join) else None
     if row is not None and _fused(agg, row):
-        args = [_sink_key(key), _starts(agg.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
+        args = [_sink_key(key), _starts(agg.schema, row.keys), *row.tensor.expressions]
         js = agg.child.schema
         if all(js.blocks[lab] >= js.sizes[lab] for lab in js.keys if lab not in agg.schema.keys):
-            return row.source.select(exp.alias_(call("tensor_einsum_into", *args), written), copy=False)
-        q = row.source.select(exp.alias_(call("tensor_einsum_agg_into", *args), written), copy=False)
+            into = exp.alias_(call("tensor_einsum_into", *args), written, copy=False)
+            return row.source.select(into, copy=False)
+        into = exp.alias_(call("tensor_einsum_agg_into", *args), written, copy=False)
+        q = row.source.select(into, copy=False)
         return q.group_by(*[row.keys[k].copy() for k in agg.schema.keys], copy=False)
     s = root.schema
     direct = _row_of(b, root)
@@ -694,12 +718,12 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
         cols = direct.keys
         starts, shape = _starts(s, cols), block_shape(s, cols)
         tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), direct.tensor, shape)
-        return direct.source.select(exp.alias_(tensor, written), copy=False)
+        return direct.source.select(exp.alias_(tensor, written, copy=False), copy=False)
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)
     source = table(b.ref(root), "c")
     tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), b.read(root, "c"), shape)
-    return exp.select(exp.alias_(tensor, written)).from_(source)
+    return exp.select(exp.alias_(tensor, written, copy=False)).from_(source)
 
 
 def _row_of(b: _Builder, root: T.Rel) -> Row | None:
@@ -714,7 +738,7 @@ def _row_of(b: _Builder, root: T.Rel) -> Row | None:
 
 
 def to_sink_ast(
-    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None, checks: bool = False
+    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
 ) -> exp.Select:
     """The plan as one statement that writes every result block into the result sink ``key`` (a slot the
     caller points at a C-contiguous array) and returns (blocks, elements) written, for a completeness
@@ -741,7 +765,7 @@ def to_sink_ast(
 
 
 def to_ast(
-    root: T.Rel, *, names: Names | None = None, bind: Bind | None = None, checks: bool = False
+    root: T.Rel, *, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
 ) -> exp.Query:
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
     rows a positional join may leave, so results and saved tables hold real blocks only). ``checks``: check
@@ -749,9 +773,10 @@ def to_ast(
     b = _Builder(root, names, bind, checks)
     name = b.ref(root)
     q: exp.Query
-    if checks and isinstance(root, T.Scan):  # the stored table itself: its blocks checked as they pass
+    if isinstance(root, T.Scan) and b.check(root):  # the stored table itself: its blocks checked as they pass
         keys = [exp.alias_(col("c", k), ident(k)) for k in root.schema.keys]
-        q = exp.select(*keys, exp.alias_(b.read(root, "c"), ident("tensor"))).from_(table(name, "c"))
+        blocks = exp.alias_(b.read(root, "c"), ident("tensor"), copy=False)
+        q = exp.select(*keys, blocks).from_(table(name, "c"))
     else:
         q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
     if T.may_pad(root):
