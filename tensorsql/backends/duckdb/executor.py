@@ -42,7 +42,15 @@ from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError, DTypeError, ExtensionError, ShapeError, SQLExecutionError
+from tensorsql.errors import (
+    ConfigError,
+    CorruptTableError,
+    DTypeError,
+    ExtensionError,
+    KernelError,
+    ShapeError,
+    SQLExecutionError,
+)
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 from udf_kernels import control as udf_control
@@ -84,6 +92,8 @@ class _Statement:
     unpreparable: bool = False
     #: the sink statement runs on the executor's single-threaded lane (see the module docstring)
     lane: bool = False
+    #: what a failed run executes to find a corrupted stored table (``sqlgen.diagnosis``), made on first use
+    diagnosis: list[str] | None = None
 
 
 class DuckDBKernels:
@@ -278,12 +288,13 @@ class DuckDBExecutor:
                     properties=props,
                 )
                 text = sqlgen.sql_text(create)
+                what = "materialize" if temporary else f"save {name!r}"
                 if temporary:
-                    self._run(st, lambda: self.query(text, "materialize"))
+                    self._run(st, lambda: self.query(text, what))
                     return name
                 self.query(exp.Transaction(), "begin")
                 try:
-                    self._run(st, lambda: self.query(text, f"save {name!r}"))
+                    self._run(st, lambda: self.query(text, what))
                     entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
                     self.catalog.put(entry)
                     self.query(exp.Commit(), "commit")
@@ -291,6 +302,11 @@ class DuckDBExecutor:
                     self.con.execute("ROLLBACK").fetchall()
                     raise
                 return name
+            except (KernelError, SQLExecutionError) as err:  # rolled back: a stored table to blame?
+                corrupt = self._blame(err, self._diagnosis(st, plan), what)
+                if corrupt is None:
+                    raise
+                raise corrupt from err
             finally:
                 self._unbind(st)
 
@@ -356,7 +372,7 @@ class DuckDBExecutor:
                     return self._run(st, lambda: self.con.sql(text).to_arrow_table())
                 rows, names = self._run(st, lambda: _fetch_rows(self.con, text))
             except duckdb.Error as exc:
-                raise wrap(exc, "einsum") from exc
+                raise self._failed(exc, "einsum", self._diagnosis(st, plan)) from exc
             finally:
                 self._unbind(st, keep)
         cols = {
@@ -404,7 +420,7 @@ class DuckDBExecutor:
                     return False
                 _blocks, elements = self._run(st, lambda: self._run_sink(st, plan))
             except duckdb.Error as exc:
-                raise wrap(exc, "einsum") from exc
+                raise self._failed(exc, "einsum", self._diagnosis(st, plan)) from exc
             finally:
                 sink.clear()
                 self._unbind(st, keep)
@@ -474,6 +490,32 @@ class DuckDBExecutor:
     def _must_check(self, scan: T.Scan) -> bool:
         """Whether a statement checks a stored table it reads: any but a view checked when uploaded."""
         return scan.table not in self._views
+
+    def _diagnosis(self, st: _Statement, plan: Plan) -> list[str]:
+        """The texts of ``sqlgen.diagnosis`` for the plan (made once)."""
+        if st.diagnosis is None:
+            st.diagnosis = [sqlgen.sql_text(q) for q in sqlgen.diagnosis(plan.tra, self._must_check)]
+        return st.diagnosis
+
+    def _failed(self, exc: duckdb.Error, what: str, diagnosis: list[str]) -> BaseException:
+        """The error a failed run raises: CorruptTableError when a stored table it reads is to blame (a kernel
+        that rejected a blob, say), else DuckDB's error as mapped (``errors.wrap``)."""
+        err = wrap(exc, what)
+        return self._blame(err, diagnosis, what) or err
+
+    def _blame(self, err: BaseException, diagnosis: list[str], what: str) -> CorruptTableError | None:
+        """After a run failed with ``err``: the CorruptTableError naming the table and key when the
+        diagnosis finds a stored table corrupted (more queries, on failures only), else None."""
+        if isinstance(err, CorruptTableError) or not isinstance(err, KernelError | SQLExecutionError):
+            return None
+        with self._lock:
+            for text in diagnosis:
+                try:
+                    self.con.execute(text).fetchall()
+                except duckdb.Error as exc:
+                    found = wrap(exc, what)
+                    return found if isinstance(found, CorruptTableError) else None
+        return None
 
     # -- operand bindings ----------------------------------------------------------------------------------
     def _sinks_available(self) -> bool:
@@ -588,6 +630,7 @@ def _fast_call(
     sink = st.sink_slot
     assert sink is not None and len(slots) == len(operands)
     shape, dtype = plan.root.shape, DTYPES[plan.root.dtype]
+    diagnosis = ex._diagnosis(st, plan)
 
     def run(bindings: Mapping[E.Operand, np.ndarray]) -> np.ndarray | None:
         out = np.empty(shape, dtype=dtype)
@@ -600,7 +643,7 @@ def _fast_call(
                 sink.set(out, writable=True)
                 _blocks, elements = longrun.run_direct(lambda: con.execute(text).fetchall()[0])
             except duckdb.Error as exc:
-                raise wrap(exc, "einsum") from exc
+                raise ex._failed(exc, "einsum", diagnosis) from exc
             finally:
                 sink.clear()
                 for slot in slots:

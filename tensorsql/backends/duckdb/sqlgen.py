@@ -85,10 +85,17 @@ def spec(*terms: tuple[str, ...]) -> str:
 
 
 # -- checks of stored tables ----------------------------------------------------------------------------
+# A stored table may be edited with SQL between two reads. Every statement that reads one checks it (the
+# executor's ``checks`` choose which), in the statement itself, at every run:
+# - ``guard``, a UNION ALL branch: each key of each table non-NULL, inside the block grid, and once;
+# - every blob a kernel reads is checked by the kernel against its block's shape (before it touches memory);
+#   a raw read of the table (the table is the result) checks each blob with ``checked`` instead.
 # A check that fails stops the query with DuckDB's error(): CORRUPT, the table's metadata as JSON (a literal)
-# and the failing key and number (bytes or count). ``corrupt_message`` turns it into the message the user
-# gets (``errors.wrap``: CorruptTableError). Composing it in Python keeps the SQL small: DuckDB sets up every
-# expression of a statement at every run, failing or not (a message built in SQL cost ~1 ms a run).
+# and the failing key and number (bytes or count); ``corrupt_message`` writes the user's message from it
+# (``errors.wrap``: CorruptTableError). Composing it in Python keeps the SQL small: DuckDB sets up every
+# expression of a statement at every run, failing or not (a message built in SQL cost ~1 ms a run, a per-row
+# check in front of every kernel ~0.5 ms). A run that fails otherwise (a kernel's check) runs ``diagnosis``,
+# which names the table and key when a table is to blame.
 
 #: the start of the message of every check below
 CORRUPT = "tensorsql: corrupted stored table"
@@ -126,10 +133,15 @@ def _about(scan: T.Scan, check: str) -> str:
     return f"{CORRUPT} {json.dumps(info)} "
 
 
-def _failure(about: exp.Expression, keys: list[exp.Expression], number: exp.Expression) -> exp.Expression:
-    """error(about || '[k0, k1] ' || number): the failing key and its byte count or row count."""
+def _failure(
+    about: exp.Expression, keys: list[exp.Expression], number: exp.Expression, *, listed: bool = True
+) -> exp.Expression:
+    """error(about || '[k0, k1] ' || number): the failing key and its byte count or row count. ``keys``: the
+    key columns (``listed``), or one expression that is the key's list already."""
     text = exp.DataType.build("VARCHAR")
-    key = exp.Cast(this=exp.Array(expressions=[k.copy() for k in keys]), to=text) if keys else lit("[]")
+    key: exp.Expression = lit("[]")
+    if keys:
+        key = exp.Cast(this=exp.Array(expressions=[k.copy() for k in keys]) if listed else keys[0], to=text)
     return call("error", call("concat", about, key, lit(" "), exp.Cast(this=number, to=text)))
 
 
@@ -169,15 +181,16 @@ def _keys_of(index: int, scan: T.Scan, rank: int) -> exp.Select:
     return exp.select(*aliased, copy=False).from_(exp.Table(this=ident(scan.table)), copy=False)
 
 
-def guard(scans: list[T.Scan], columns: list[tuple[str, str]]) -> exp.Select:
-    """A branch for ``UNION ALL`` beside a statement's result: no row, or the first bad key of the stored
-    tables the statement reads (repeated, NULL or outside the grid), raised as an error. Whatever rows the
-    query pairs or drops, every key of every table it reads is checked once per run: one GROUP BY over the
-    key columns of all of them. A union branch is a pipeline of its own, where a cross join with the result
-    might materialize the result. ``columns``: (name, SQL type) of the statement's rows."""
-    rank = max(len(scan.schema.keys) for scan in scans)
-    keys: exp.Query = _keys_of(0, scans[0], rank)
-    for i, scan in enumerate(scans[1:], 1):
+#: the cells of a ``guard`` row around the raised error
+GuardCells = Callable[[exp.Expression], list[exp.Expression]]
+
+
+def _grouped(scans: list[tuple[int, T.Scan]], row: GuardCells) -> exp.Select:
+    """``guard``'s check of tables of several blocks: one GROUP BY over the keys of all of them; a key that
+    appears twice, is NULL or lies outside its grid fails."""
+    rank = max(len(scan.schema.keys) for _, scan in scans)
+    keys: exp.Query = _keys_of(*scans[0], rank)
+    for i, scan in scans[1:]:
         keys = exp.union(keys, _keys_of(i, scan, rank), distinct=False, copy=False)
     group = [exp.column(n, quoted=True) for n in ["t", *(f"k{d}" for d in range(rank)), "ok"]]
     per_key = exp.select(*group, exp.alias_(exp.Count(this=exp.Star()), ident("n"), copy=False), copy=False)
@@ -188,17 +201,64 @@ def guard(scans: list[T.Scan], columns: list[tuple[str, str]]) -> exp.Select:
         exp.Not(this=call("coalesce", col("g", "ok"), exp.false())),
         copy=False,
     )
-    abouts = [lit(_about(scan, "keys")) for scan in scans]
-    about = abouts[0] if len(abouts) == 1 else exp.Bracket(
-        this=exp.Array(expressions=abouts), expressions=[exp.Add(this=col("g", "t"), expression=lit(1))]
+    abouts = {i: lit(_about(scan, "keys")) for i, scan in scans}
+    about = next(iter(abouts.values())) if len(abouts) == 1 else exp.Case(
+        ifs=[exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()]
     )
     failed = _failure(about, [col("g", f"k{d}") for d in range(rank)], col("g", "n"))
+    q = exp.select(*row(failed), copy=False).from_(per_key.subquery("g"), copy=False)
+    return q.where(bad, copy=False)
+
+
+def _one_block(scan: T.Scan, row: GuardCells) -> exp.Select:
+    """``guard``'s check of a table whose grid is one block: one ungrouped aggregate (a GROUP BY costs
+    DuckDB ~1 ms a run, as much as a small call): more than one row, or a key that is NULL or not all zeros,
+    fails."""
+    s = scan.schema
+    keys = [exp.column(k, quoted=True) for k in s.keys]
+    cells = [exp.alias_(exp.Count(this=exp.Star()), ident("n"), copy=False)]
+    bad = exp.GT(this=col("c", "n"), expression=lit(1))
+    number: exp.Expression = col("c", "n")
+    key: list[exp.Expression] = []
+    in_grid = _in_grid(scan, keys)
+    if in_grid is not None:
+        outside = exp.Not(this=call("coalesce", in_grid, exp.false()))
+        first = call("first", exp.Array(expressions=keys))
+        first = exp.Filter(this=first, expression=exp.Where(this=outside))
+        cells.append(exp.alias_(first, ident("bad"), copy=False))
+        found = exp.Not(this=exp.Is(this=col("c", "bad"), expression=exp.Null()))
+        bad = exp.or_(bad, found, copy=False)
+        number = _case(found.copy(), lit(1), number)
+        zeros = exp.Array(expressions=[exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for _ in keys])
+        key = [call("coalesce", col("c", "bad"), zeros)]
+    failed = _failure(lit(_about(scan, "keys")), key, number, listed=False)
+    counted = exp.select(*cells, copy=False).from_(exp.Table(this=ident(scan.table)), copy=False)
+    q = exp.select(*row(failed), copy=False).from_(counted.subquery("c"), copy=False)
+    return q.where(bad, copy=False)
+
+
+def guard(scans: list[T.Scan], columns: list[tuple[str, str]]) -> exp.Query:
+    """A branch for ``UNION ALL`` beside a statement's result: no row, or the first bad key of the stored
+    tables the statement reads (repeated, NULL or outside the grid), raised as an error. Whatever rows the
+    query pairs or drops, every key of every table it reads is checked once per run, from its key columns
+    only (no blob is read). A union branch is a pipeline of its own, where a cross join with the result
+    might materialize the result. ``columns``: (name, SQL type) of the statement's rows."""
     *nulls, (last, last_type) = columns
-    typed = [(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n) for n, t in nulls]
-    cells = [exp.alias_(null, ident(n), copy=False) for null, n in typed]
-    raised = exp.alias_(exp.Cast(this=failed, to=exp.DataType.build(last_type)), ident(last), copy=False)
-    q = exp.select(*cells, raised, copy=False)
-    return q.from_(per_key.subquery("g"), copy=False).where(bad, copy=False)
+
+    def row(failed: exp.Expression) -> list[exp.Expression]:
+        typed = [(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n) for n, t in nulls]
+        raised = exp.Cast(this=failed, to=exp.DataType.build(last_type))
+        return [exp.alias_(c, ident(n), copy=False) for c, n in [*typed, (raised, last)]]
+
+    single = [scan for scan in scans if all(scan.schema.nblocks(k) == 1 for k in scan.schema.keys)]
+    several = [(i, scan) for i, scan in enumerate(scans) if scan not in single]
+    branches: list[exp.Select] = [_one_block(scan, row) for scan in single]
+    if several:
+        branches.append(_grouped(several, row))
+    q: exp.Query = branches[0]
+    for branch in branches[1:]:
+        q = exp.union(q, branch, distinct=False, copy=False)
+    return q
 
 
 def corrupt_message(text: str) -> str | None:
@@ -232,6 +292,26 @@ def corrupt_message(text: str) -> str | None:
     return f"{head} has {count} bytes but its block shape {ext} of {dtype} needs {need}"
 
 
+def diagnosis(root: T.Rel, checks: Checks = True) -> list[exp.Query]:
+    """Statements that check the stored tables a plan reads whole, keys first (``guard``) and then every
+    blob (``checked``): what a failed run executes next, in order, to tell a corrupted table (the error then
+    names it) from any other failure. Empty when the plan reads no table to check."""
+    pick = checks if callable(checks) else (lambda _scan: bool(checks))
+    scans = list({_scan_key(s): s for s in _scans(root) if pick(s)}.values())
+    if not scans:
+        return []
+    blobs: exp.Query | None = None
+    for scan in scans:
+        blob = checked(scan, [col("c", k) for k in scan.schema.keys], col("c", "tensor"))
+        each = exp.select(exp.alias_(blob, ident("x"), copy=False), copy=False).from_(table(scan.table, "c"))
+        blobs = each if blobs is None else exp.union(blobs, each, distinct=False, copy=False)
+    out: list[exp.Query] = []
+    for rows in (guard(scans, [("x", "BLOB")]), blobs):
+        every = exp.Count(this=col("d", "x"))  # count(x), not count(*): every row's check is evaluated
+        out.append(exp.select(every).from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=ident("d")))))
+    return out
+
+
 @dataclass
 class Src:
     """An input of a row-wise SELECT: the aliased table, its key column per label, filters on it.
@@ -248,17 +328,9 @@ class Src:
     shape: exp.Expression | None = None
     #: the block itself, for an inlined one-block operand (``Scalar``: no table, keys all 0)
     value: exp.Expression | None = None
-    #: a stored table read directly, whose blocks are checked as they are read (``checked``), and its key
-    #: columns in positional order
-    scan: T.Scan | None = None
-    scan_keys: list[exp.Expression] | None = None
 
     def tensor(self) -> exp.Expression:
-        if self.value is not None:
-            return self.value.copy()
-        if self.scan is not None and self.scan_keys is not None:
-            return checked(self.scan, self.scan_keys, col(self.alias, "tensor"))
-        return col(self.alias, "tensor")
+        return self.value.copy() if self.value is not None else col(self.alias, "tensor")
 
 
 @dataclass(frozen=True)
@@ -321,20 +393,25 @@ def _unbound(rel: T.Input) -> str:
     raise PlanError(f"operand {rel.name!r} (#{rel.index}) has no binding in this statement")
 
 
-def _stored_names(root: T.Rel) -> set[str]:
-    """The (lower-cased) names of the stored tables a plan reads: no CTE may take one (a CTE named like a
-    table hides it from every reference in the statement)."""
+def _scans(root: T.Rel) -> list[T.Scan]:
+    """The stored tables a plan reads (Scan nodes)."""
     seen: set[T.Rel] = set()
-    stack, out = [root], set()
+    stack, out = [root], []
     while stack:
         rel = stack.pop()
         if rel in seen:
             continue
         seen.add(rel)
         if isinstance(rel, T.Scan):
-            out.add(rel.table.lower())
+            out.append(rel)
         stack.extend(T.inputs(rel))
     return out
+
+
+def _scan_key(scan: T.Scan) -> tuple[object, ...]:
+    """A stored table with its metadata: two Scan nodes of one table read it once as far as checks go."""
+    s = scan.schema
+    return scan.table, tuple((s.sizes[k], s.blocks[k]) for k in s.keys), s.dtype
 
 
 class _Builder:
@@ -344,7 +421,8 @@ class _Builder:
         self.ctes: list[tuple[str, exp.Select]] = []
         self.refs: dict[T.Rel, str] = {}
         self.names = names or Names()
-        self.names.reserved |= _stored_names(root)
+        # no CTE may take a stored table's name: it would hide the table from every reference in the statement
+        self.names.reserved |= {scan.table.lower() for scan in _scans(root)}
         self.bind = bind or _unbound
         #: whether to check a stored table the statement reads (``checked``, ``guard``)
         self.check: Callable[[T.Scan], bool] = checks if callable(checks) else (lambda _scan: bool(checks))
@@ -354,9 +432,7 @@ class _Builder:
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
             if self.check(rel):
-                s = rel.schema
-                shape = tuple((s.sizes[k], s.blocks[k]) for k in s.keys)
-                self.scans.setdefault((rel.table, shape, s.dtype), rel)
+                self.scans.setdefault(_scan_key(rel), rel)
             return rel.table
         if rel not in self.refs:
             if isinstance(rel, T.Input):
@@ -395,16 +471,12 @@ class _Builder:
                     where.append(exp.EQ(this=cols[lab].copy(), expression=col(alias, pos)))
                 else:
                     cols[lab] = col(alias, pos)
-            src = Src(table(self.ref(rel.child), alias), cols, where, alias)
-        else:
-            src = Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
-        leaf = rel.child if isinstance(rel, T.Relabel) else rel
-        if isinstance(leaf, T.Scan) and self.check(leaf):
-            src.scan, src.scan_keys = leaf, [col(alias, k) for k in leaf.schema.keys]
-        return src
+            return Src(table(self.ref(rel.child), alias), cols, where, alias)
+        return Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
 
     def read(self, rel: T.Rel, alias: str) -> exp.Expression:
-        """The ``tensor`` column of ``rel`` read under ``alias``: checked when ``rel`` is a stored table."""
+        """The ``tensor`` column of ``rel`` under ``alias``, where no kernel reads it (the stored table itself
+        is the result): checked (``checked``) when ``rel`` is a stored table."""
         tensor = col(alias, "tensor")
         if isinstance(rel, T.Scan) and self.check(rel):
             return checked(rel, [col(alias, k) for k in rel.schema.keys], tensor)
@@ -608,7 +680,7 @@ class _Builder:
         sliced = call(
             "tensor_slice",
             lit(src.dtype),
-            self.read(rel.child, "c"),
+            col("c", "tensor"),
             block_shape(src, {k: col("c", k) for k in src.keys}),
             array(start),
             array(stop),
