@@ -76,6 +76,13 @@ class KernelError(RuntimeError, TensorSQLError):
     """A block kernel rejected its input inside DuckDB (corrupted or truncated blob, size mismatch)."""
 
 
+class CorruptTableError(CatalogError, KernelError):
+    """A stored table whose rows do not fit its metadata (found by the checks every read runs inside its
+    query): a block key that is NULL, outside the block grid or repeated, or a blob whose length does not
+    fit its block's shape and dtype. The message names the table and the key. It is a ``CatalogError`` (the
+    table and its catalog entry disagree) and a ``KernelError``, what a bad blob raised before the checks."""
+
+
 class DatabaseLockedError(OSError, TensorSQLError):
     """The database file is locked by another process (one writer, or many read-only readers), or is open in
     this process already with other settings (``read_only``, ``threads``)."""
@@ -115,6 +122,7 @@ __all__ = [
     "CastingError",
     "CatalogError",
     "ConfigError",
+    "CorruptTableError",
     "DTypeError",
     "DatabaseLockedError",
     "EinsumError",

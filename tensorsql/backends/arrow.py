@@ -8,9 +8,10 @@ import math
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import KernelError, ShapeError
+from tensorsql.errors import CorruptTableError, KernelError, ShapeError
 from tensorsql.ir.blocking import grid
 
 
@@ -20,6 +21,19 @@ def metadata(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -
         b"tensorsql.shape": json.dumps(list(shape)).encode(),
         b"tensorsql.block_shape": json.dumps(list(block_shape)).encode(),
     }
+
+
+def read_metadata(meta: dict[bytes, bytes]) -> tuple[tuple[int, ...], tuple[int, ...], str] | None:
+    """(shape, block_shape, dtype) from a table's tensorsql metadata; None when it has none or it does not
+    describe a tensor relation tensorsql can check (no error: the reads then check the table)."""
+    try:
+        shape = tuple(int(n) for n in json.loads(meta[b"tensorsql.shape"]))
+        block_shape = tuple(int(n) for n in json.loads(meta[b"tensorsql.block_shape"]))
+        dtype = meta[b"tensorsql.dtype"].decode()
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError):
+        return None
+    ok = len(shape) == len(block_shape) and all(b > 0 for b in block_shape) and min(shape, default=0) >= 0
+    return (shape, block_shape, dtype) if ok and dtype in DTYPES else None
 
 
 def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
@@ -74,22 +88,113 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
     return pa.table(cols).replace_schema_metadata(metadata(shape, block_shape, dtype))
 
 
+def _grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(-(-m // b) for m, b in zip(shape, block_shape, strict=True))
+
+
+def _key_problem(
+    table: pa.Table, rows: np.ndarray, shape: tuple[int, ...], block_shape: tuple[int, ...]
+) -> tuple[str, tuple[int | None, ...], int] | None:
+    """The first bad key among the rows ``rows`` (a mask) of a blocked table: ("null", key, column),
+    ("outside", key, 0) or ("repeated", key, times); None when each is inside the grid, once."""
+    r = len(shape)
+    n = int(rows.sum())
+    if not r:
+        return ("repeated", (), n) if n > 1 else None
+    for d in range(r):
+        nulls = np.flatnonzero(table.column(f"k{d}").is_null().to_numpy(zero_copy_only=False) & rows)
+        if nulls.size:
+            key = tuple(table.column(f"k{j}")[int(nulls[0])].as_py() for j in range(r))
+            return "null", key, d
+    if not n:
+        return None
+    idx = np.stack([table.column(f"k{d}").to_numpy(zero_copy_only=False)[rows] for d in range(r)])
+    idx = idx.astype(np.int64)
+    grid = _grid(shape, block_shape)
+    outside = np.flatnonzero(np.any((idx < 0) | (idx >= np.array(grid, np.int64)[:, None]), axis=0))
+    if outside.size:
+        return "outside", tuple(int(k) for k in idx[:, outside[0]]), 0
+    flat, counts = np.unique(np.ravel_multi_index(tuple(idx), grid), return_counts=True)
+    if counts.max() > 1:
+        key = tuple(int(k) for k in np.unravel_index(flat[np.argmax(counts)], grid))
+        return "repeated", key, int(counts.max())
+    return None
+
+
+def check_blocks(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> None:
+    """An Arrow table as a tensor relation, checked whole (for one an engine will read as it is, immutable):
+    its key columns, every key non-NULL, inside the grid and once, every blob (unless NULL: absent) as long as
+    its block shape and dtype need. Raises CorruptTableError naming the key."""
+    r = len(shape)
+    what = f"an Arrow tensor relation of shape {list(shape)} in blocks of {list(block_shape)}"
+    missing = [c for c in [*(f"k{d}" for d in range(r)), "tensor"] if c not in table.column_names]
+    if missing:
+        raise CorruptTableError(f"{what} has no column {missing[0]!r}")
+    problem = _key_problem(table, np.ones(table.num_rows, dtype=bool), shape, block_shape)
+    if problem is not None:
+        kind, key, extra = problem
+        text = {
+            "null": "has a NULL key column",
+            "outside": f"lies outside its block grid {list(_grid(shape, block_shape))}",
+            "repeated": f"appears {extra} times",
+        }[kind]
+        raise CorruptTableError(f"{what}: block{' key ' + _shown(key) if r else ''} {text}")
+    blobs = table.column("tensor")
+    if not table.num_rows or not (pa.types.is_binary(blobs.type) or pa.types.is_large_binary(blobs.type)):
+        if table.num_rows:
+            raise CorruptTableError(f"{what}: its tensor column has type {blobs.type}, not binary")
+        return
+    cols = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
+    keys = np.stack(cols).astype(np.int64) if r else np.zeros((0, table.num_rows), np.int64)
+    need = np.full(table.num_rows, DTYPES[dtype].itemsize, dtype=np.int64)
+    for d in range(r):
+        need *= np.minimum(block_shape[d], shape[d] - keys[d] * block_shape[d])
+    sizes = pc.binary_length(blobs).to_numpy(zero_copy_only=False)
+    bad = np.flatnonzero(blobs.is_valid().to_numpy(zero_copy_only=False) & (sizes != need))
+    if bad.size:
+        i = int(bad[0])
+        key = tuple(int(k) for k in keys[:, i]) if r else ()
+        raise CorruptTableError(
+            f"{what}: block key {_shown(key)} has {int(sizes[i])} bytes but its block needs {int(need[i])}"
+        )
+
+
+def _shown(key: tuple[int | None, ...]) -> str:
+    return "[" + ", ".join("NULL" if k is None else str(k) for k in key) + "]"
+
+
+def _present(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...]) -> int:
+    """How many blocks of the grid the table holds, after checking the keys of its rows with a block (a NULL
+    block, absent or padding, has no say): none NULL, each inside the grid, none twice. Whether every element
+    of the result is written follows from it."""
+    blocks = table.column("tensor").is_valid().to_numpy(zero_copy_only=False)
+    problem = _key_problem(table, blocks, shape, block_shape)
+    if problem is not None:
+        kind, key, extra = problem
+        if kind == "null":
+            raise ShapeError(f"a block of a tensor of shape {shape} has a NULL key k{extra}")
+        if kind == "outside":
+            raise ShapeError(f"block key {key} lies outside a tensor of shape {shape}")
+        raise ShapeError(f"block key {key} appears {extra} times in a tensor of shape {shape}")
+    return int(blocks.sum())
+
+
 def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> np.ndarray:
     """Blocks back into one array; absent keys (and NULL blocks) are zero blocks.
 
     Reads the blobs as numpy views of the Arrow buffers (no per-block bytes objects): each element is
-    copied once, into the result.
+    copied once, into the result. The keys are checked first (``_present``): the result starts
+    uninitialised only when every block of the grid is there, once.
     """
     dt = DTYPES[dtype]
     r = len(shape)
     keys = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
+    present = _present(table, shape, block_shape)
     view = _slab_view(table, keys, shape, block_shape, dt)
     if view is not None:
         return view
     nblocks = math.prod(-(-m // b) for m, b in zip(shape, block_shape, strict=True)) if all(shape) else 0
-    complete = table.num_rows == nblocks and table.column("tensor").null_count == 0
-    # every element is written below when every block is present (keys are unique in a tensor relation)
-    out = np.empty(shape, dtype=dt) if complete else np.zeros(shape, dtype=dt)
+    out = np.empty(shape, dtype=dt) if present == nblocks else np.zeros(shape, dtype=dt)
     row0 = 0
     for chunk in table.column("tensor").chunks:
         n = len(chunk)
@@ -109,8 +214,6 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
                 slice(j * b, min((j + 1) * b, m)) for j, b, m in zip(idx, block_shape, shape, strict=True)
             )
             ext = tuple(s.stop - s.start for s in sl)
-            if any(e <= 0 for e in ext) and ext:
-                raise ShapeError(f"block key {tuple(idx)} lies outside a tensor of shape {shape}")
             need = int(np.prod(ext)) * dt.itemsize
             lo, hi = int(offs[i]), int(offs[i + 1])
             if hi - lo != need:

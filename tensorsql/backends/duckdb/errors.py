@@ -13,8 +13,10 @@ import re
 import duckdb
 
 import udf_kernels
+from tensorsql.backends.duckdb.sqlgen import corrupt_message
 from tensorsql.errors import (
     CatalogError,
+    CorruptTableError,
     DatabaseLockedError,
     KernelError,
     OutOfMemoryError,
@@ -77,6 +79,9 @@ def wrap(exc: duckdb.Error, what: str) -> BaseException:
     oom = out_of_memory(exc, what)
     if oom is not None:
         return oom
+    corrupt = corrupt_message(str(exc)) if isinstance(exc, duckdb.InvalidInputException) else None
+    if corrupt is not None:  # a stored table's check (sqlgen.checked, sqlgen.guard)
+        return CorruptTableError(f"{what}: {corrupt}")
     fn = kernel_function(exc)
     if fn is not None:
         return KernelError(f"{what}: a block kernel rejected its input: {exc}")

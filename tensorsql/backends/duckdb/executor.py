@@ -44,7 +44,15 @@ from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError, DTypeError, ExtensionError, ShapeError, SQLExecutionError
+from tensorsql.errors import (
+    ConfigError,
+    CorruptTableError,
+    DTypeError,
+    ExtensionError,
+    KernelError,
+    ShapeError,
+    SQLExecutionError,
+)
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 from udf_kernels import control as udf_control
@@ -86,6 +94,8 @@ class _Statement:
     unpreparable: bool = False
     #: the sink statement runs on the executor's single-threaded lane (see the module docstring)
     lane: bool = False
+    #: what a failed run executes to find a corrupted stored table (``sqlgen.diagnosis``), made on first use
+    diagnosis: list[str] | None = None
 
 
 class DuckDBKernels:
@@ -164,6 +174,8 @@ class DuckDBExecutor:
         self.catalog = DuckDBCatalog(self.con, self._lock)
         self.kernel_set = DuckDBKernels(self)
         self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
+        #: uploaded views, checked whole when uploaded (immutable Arrow tables: reads skip the checks)
+        self._views: set[str] = set()
         #: sinks and slots: None until checked once against this connection
         self._sinks: bool | None = None
         self._slots: bool | None = None
@@ -266,15 +278,26 @@ class DuckDBExecutor:
 
     # -- relations the engine holds ----------------------------------------------------------------------
     def upload(self, table: pa.Table) -> str:
-        """Registers a blocked Arrow table as a view (DuckDB reads it in place); returns its name."""
+        """Registers a blocked Arrow table as a view (DuckDB reads it in place); returns its name.
+
+        A table with tensorsql's metadata is checked whole here (``arrow.check_blocks``: CorruptTableError for
+        a NULL, out-of-grid or repeated key, a blob of the wrong length): an Arrow table cannot change, so the
+        queries that read the view skip the checks every stored table gets (``sqlgen.checked``, ``guard``).
+        """
+        known = arrow.read_metadata(table.schema.metadata or {})
+        if known is not None:
+            arrow.check_blocks(table, *known)
         name = f"_ts_tmp_{next(_ids)}"
         with self._lock:
             self.con.register(name, table)
+            if known is not None:
+                self._views.add(name)
         return name
 
     def release(self, name: str) -> None:
         """Unregisters an uploaded view (finalizers call this; a closed connection has nothing to release)."""
         with self._lock:
+            self._views.discard(name)
             if self.closed:
                 return
             try:
@@ -311,7 +334,7 @@ class DuckDBExecutor:
         with self._lock:
             self._bind(st, plan, bindings)
             try:
-                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan))
+                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
                 props = exp.Properties(expressions=[exp.TemporaryProperty()]) if temporary else None
                 create = exp.Create(
                     this=exp.Table(this=sqlgen.ident(name)),
@@ -321,12 +344,13 @@ class DuckDBExecutor:
                     properties=props,
                 )
                 text = sqlgen.sql_text(create)
+                what = "materialize" if temporary else f"save {name!r}"
                 if temporary:
-                    self._run(st, lambda: self.query(text, "materialize"))
+                    self._run(st, lambda: self.query(text, what))
                     return name
                 self.query(exp.Transaction(), "begin")
                 try:
-                    self._run(st, lambda: self.query(text, f"save {name!r}"))
+                    self._run(st, lambda: self.query(text, what))
                     entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
                     self.catalog.put(entry)
                     self.query(exp.Commit(), "commit")
@@ -334,35 +358,33 @@ class DuckDBExecutor:
                     self.con.execute("ROLLBACK").fetchall()
                     raise
                 return name
+            except (KernelError, SQLExecutionError) as err:  # rolled back: a stored table to blame?
+                corrupt = self._blame(err, self._diagnosis(st, plan), what)
+                if corrupt is None:
+                    raise
+                raise corrupt from err
             finally:
                 self._unbind(st)
 
     def ingest_rows(
         self, query: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
     ) -> str:
-        """Rows (i0, ..., i{r-1}, value) of a user query -> a dense blocked temporary table (its name)."""
+        """Rows (i0, ..., i{r-1}, value) of a user query -> a dense blocked temporary table (its name).
+
+        The query runs once, inside the one statement that builds the table and checks every row as it
+        passes (``ingest``); before it, DuckDB only binds it (LIMIT 0) for its columns' types."""
         import sqlglot
 
         try:
             parsed = sqlglot.parse_one(query, read="duckdb")
-        except sqlglot.errors.ParseError as exc:
+        except sqlglot.errors.SqlglotError as exc:  # ParseError, TokenError (an unterminated comment), ...
             raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
         if not isinstance(parsed, exp.Query):
             raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
-        r = len(shape)
         _, described = self.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
-        if len(described) != r + 1:
-            cols = ", ".join([*(f"i{d}" for d in range(r)), "value"])
-            raise ShapeError(
-                f"from_sql: the query returns {len(described)} column(s) but a {r}-d tensor needs "
-                f"{r + 1} ({cols})"
-            )
-        check = ingest.out_of_range(parsed, shape)
-        if check is not None:
-            rows = self.query(check, "from_sql")
-            if rows:
-                raise ShapeError(f"from_sql: row with coordinates {rows[0]} lies outside shape {shape}")
-        dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype)
+        columns = [(str(d[0]), str(d[1])) for d in described]
+        ingest.check_columns(columns, len(shape))
+        dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype, [t for _, t in columns])
         name = f"_ts_tmp_{next(_ids)}"
         create = exp.Create(
             this=exp.Table(this=sqlgen.ident(name)),
@@ -370,7 +392,11 @@ class DuckDBExecutor:
             expression=dense,
             properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
         )
-        self.query(create, "from_sql")
+        with self._lock:
+            try:
+                self.con.execute(sqlgen.sql_text(create)).fetchall()
+            except duckdb.Error as exc:
+                raise ingest.row_error(exc) or wrap(exc, "from_sql") from exc
         return name
 
     # -- running plans -------------------------------------------------------------------------------------
@@ -380,7 +406,7 @@ class DuckDBExecutor:
         key = "pretty" if pretty else "flat"
         if key not in st.text:
             st.text[key] = sqlgen.sql_text(
-                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan)), pretty=pretty
+                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check), pretty=pretty
             )
         return st.text[key]
 
@@ -403,7 +429,7 @@ class DuckDBExecutor:
                     return self._run(st, lambda: self.con.sql(text).to_arrow_table(batch_size=rows))
                 rows, names = self._run(st, lambda: _fetch_rows(self.con, text))
             except duckdb.Error as exc:
-                raise wrap(exc, "einsum") from exc
+                raise self._failed(exc, "einsum", self._diagnosis(st, plan)) from exc
             finally:
                 self._unbind(st, keep)
         cols = {
@@ -451,7 +477,7 @@ class DuckDBExecutor:
                     return False
                 _blocks, elements = self._run(st, lambda: self._run_sink(st, plan))
             except duckdb.Error as exc:
-                raise wrap(exc, "einsum") from exc
+                raise self._failed(exc, "einsum", self._diagnosis(st, plan)) from exc
             finally:
                 sink.clear()
                 self._unbind(st, keep)
@@ -497,6 +523,8 @@ class DuckDBExecutor:
             weakref.finalize(plan, _deallocate, weakref.ref(self), name, st.lane)
         try:
             return con.execute(st.text["execute"]).fetchall()[0]
+        except (duckdb.InvalidInputException, duckdb.InterruptException):
+            raise  # the data's fault (a kernel's or a stored table's check) or Ctrl-C: not the statement's
         except duckdb.Error:
             self._forget_prepared(st)
             return con.execute(text).fetchall()[0]
@@ -509,10 +537,42 @@ class DuckDBExecutor:
         if "sink" not in st.text:
             if st.sink_slot is None:
                 raise ExtensionError("the loaded kernels do not see result sinks")
-            ast = sqlgen.to_sink_ast(plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan))
+            ast = sqlgen.to_sink_ast(
+                plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan), checks=self._must_check
+            )
             st.text["sink"] = sqlgen.sql_text(ast)
             st.lane = not st.long and ast.find(exp.From, exp.Table) is None
         return st.text["sink"]
+
+    def _must_check(self, scan: T.Scan) -> bool:
+        """Whether a statement checks a stored table it reads: any but a view checked when uploaded."""
+        return scan.table not in self._views
+
+    def _diagnosis(self, st: _Statement, plan: Plan) -> list[str]:
+        """The texts of ``sqlgen.diagnosis`` for the plan (made once)."""
+        if st.diagnosis is None:
+            st.diagnosis = [sqlgen.sql_text(q) for q in sqlgen.diagnosis(plan.tra, self._must_check)]
+        return st.diagnosis
+
+    def _failed(self, exc: duckdb.Error, what: str, diagnosis: list[str]) -> BaseException:
+        """The error a failed run raises: CorruptTableError when a stored table it reads is to blame (a kernel
+        that rejected a blob, say), else DuckDB's error as mapped (``errors.wrap``)."""
+        err = wrap(exc, what)
+        return self._blame(err, diagnosis, what) or err
+
+    def _blame(self, err: BaseException, diagnosis: list[str], what: str) -> CorruptTableError | None:
+        """After a run failed with ``err``: the CorruptTableError naming the table and key when the
+        diagnosis finds a stored table corrupted (more queries, on failures only), else None."""
+        if isinstance(err, CorruptTableError) or not isinstance(err, KernelError | SQLExecutionError):
+            return None
+        with self._lock:
+            for text in diagnosis:
+                try:
+                    self.con.execute(text).fetchall()
+                except duckdb.Error as exc:
+                    found = wrap(exc, what)
+                    return found if isinstance(found, CorruptTableError) else None
+        return None
 
     # -- operand bindings ----------------------------------------------------------------------------------
     def _sinks_available(self) -> bool:
@@ -627,6 +687,7 @@ def _fast_call(
     sink = st.sink_slot
     assert sink is not None and len(slots) == len(operands)
     shape, dtype = plan.root.shape, DTYPES[plan.root.dtype]
+    diagnosis = ex._diagnosis(st, plan)
 
     def run(bindings: Mapping[E.Operand, np.ndarray]) -> np.ndarray | None:
         out = np.empty(shape, dtype=dtype)
@@ -639,7 +700,7 @@ def _fast_call(
                 sink.set(out, writable=True)
                 _blocks, elements = longrun.run_direct(lambda: con.execute(text).fetchall()[0])
             except duckdb.Error as exc:
-                raise wrap(exc, "einsum") from exc
+                raise ex._failed(exc, "einsum", diagnosis) from exc
             finally:
                 sink.clear()
                 for slot in slots:

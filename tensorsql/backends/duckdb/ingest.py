@@ -1,18 +1,59 @@
 """Warehouse rows -> tensor relation: the SQL that turns (i0, ..., i{r-1}, value) rows into blocks.
 
-Everything runs inside DuckDB: rows get block keys and a flat in-block index, ``tensor_pack`` builds one
-block per key (duplicates summed, COO style), and a LEFT JOIN from the full key grid fills absent blocks
-with ``tensor_zeros`` so the relation is dense.
+Everything runs inside DuckDB, in one statement that reads the user's query once (a volatile query, with
+``random()`` or ``nextval``, is seen as it ran that one time): each row's coordinates are checked (not NULL,
+integral, inside the shape; else the statement stops with an error naming the row), then rows get block keys
+and a flat in-block index, ``tensor_pack`` builds one block per key (duplicates summed, COO style), and a LEFT
+JOIN from the full key grid fills absent blocks with ``tensor_zeros`` so the relation is dense.
 """
 
 from __future__ import annotations
 
+import duckdb
 from sqlglot import exp
 
 from tensorsql.backends.duckdb import sqlgen
 from tensorsql.backends.duckdb.sqlgen import call, col, ident, lit
+from tensorsql.errors import DTypeError, ShapeError
 from tensorsql.ir import blocking as B
 from tensorsql.ir import tra as T
+
+#: the start of every row check's message (``row_error`` maps it to ``ShapeError``)
+ROW = "tensorsql: from_sql:"
+#: DuckDB column types a coordinate may have (fractional ones must hold integral values)
+INTEGRAL = frozenset(
+    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
+    | {"UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
+)
+FRACTIONAL = frozenset(["FLOAT", "DOUBLE"])
+
+
+def _numeric(sql_type: str) -> bool:
+    return sql_type in INTEGRAL or sql_type in FRACTIONAL or sql_type.startswith("DECIMAL")
+
+
+def check_columns(columns: list[tuple[str, str]], r: int) -> None:
+    """The query's (name, DuckDB type) columns: r numeric coordinates and a numeric (or BOOLEAN) value. A
+    column of NULLs (type "NULL") passes: its rows fail the row checks, if it has any."""
+    if len(columns) != r + 1:
+        names = ", ".join([*(f"i{d}" for d in range(r)), "value"])
+        raise ShapeError(
+            f"from_sql: the query returns {len(columns)} column(s) but a {r}-d tensor needs {r + 1} ({names})"
+        )
+    for d, (name, sql_type) in enumerate(columns):
+        role = f"coordinate i{d}" if d < r else "the value"
+        ok = _numeric(sql_type) or (d == r and sql_type == "BOOLEAN")
+        if not ok and sql_type.strip('"') != "NULL":
+            want = "an integer or numeric type" if d < r else "a numeric or BOOLEAN type"
+            raise DTypeError(f"from_sql: column {name!r} ({role}) has type {sql_type}; it needs {want}")
+
+
+def row_error(exc: duckdb.Error) -> ShapeError | None:
+    """The ShapeError for a row check that stopped the statement (None for any other error)."""
+    text = str(exc)
+    if isinstance(exc, duckdb.InvalidInputException) and ROW in text:
+        return ShapeError(text[text.index(ROW) + len("tensorsql: ") :])
+    return None
 
 
 def _rows(parsed: exp.Query, r: int) -> exp.Select:
@@ -22,26 +63,62 @@ def _rows(parsed: exp.Query, r: int) -> exp.Select:
     return exp.select(exp.Star()).from_(exp.Subquery(this=parsed.copy(), alias=alias))
 
 
-def out_of_range(parsed: exp.Query, shape: tuple[int, ...]) -> exp.Select | None:
-    """The first row whose coordinates are NULL or outside ``shape`` (None for a 0-d tensor)."""
-    if not shape:
-        return None
-    bad = [
-        exp.or_(
-            exp.Is(this=col("s", f"i{d}"), expression=exp.Null()),
-            exp.LT(this=col("s", f"i{d}"), expression=lit(0)),
-            exp.GTE(this=col("s", f"i{d}"), expression=lit(n)),
+def _concat(*parts: str | exp.Expression) -> exp.Expression:
+    """``concat(...)`` of message parts: Python strings are text (adjacent ones merged), expressions are cast
+    to text (NULL prints nothing: see ``_shown``)."""
+    args: list[exp.Expression] = []
+    text = ""
+    for part in parts:
+        if isinstance(part, str):
+            text += part
+            continue
+        if text:
+            args.append(lit(text))
+            text = ""
+        args.append(exp.Cast(this=part, to=exp.DataType.build("VARCHAR")))
+    if text:
+        args.append(lit(text))
+    return call("concat", *args)
+
+
+def _shown(value: exp.Expression) -> exp.Expression:
+    """A value as message text, 'NULL' for NULL."""
+    return call("coalesce", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR")), lit("NULL"))
+
+
+def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str]) -> exp.Select:
+    """The rows with each coordinate checked and made a BIGINT: NULL, non-integral or outside ``shape``
+    stops the statement with an error naming the row (its coordinates as the query gave them)."""
+    r = len(shape)
+    raw = [col("s", f"i{d}") for d in range(r)]
+    row: list[str | exp.Expression] = ["("]
+    for d, c in enumerate(raw):
+        row += [", " if d else "", _shown(c)]
+    row.append(")")
+
+    def fail(*what: str | exp.Expression) -> exp.Expression:
+        return call("error", _concat(f"{ROW} the row with coordinates ", *row, *what))
+
+    cells: list[exp.Expression] = []
+    for d, (c, n) in enumerate(zip(raw, shape, strict=True)):
+        case = exp.case().when(
+            exp.Is(this=c.copy(), expression=exp.Null()), fail(f" has a NULL coordinate i{d}")
         )
-        for d, n in enumerate(shape)
-    ]
-    cols = [col("s", f"i{d}") for d in range(len(shape))]
-    return exp.select(*cols).from_(_rows(parsed, len(shape)).subquery("s")).where(exp.or_(*bad)).limit(1)
+        if types[d] not in INTEGRAL:
+            fractional = exp.NEQ(this=c.copy(), expression=call("trunc", c.copy()))
+            case = case.when(fractional, fail(f" has a non-integral coordinate i{d} = ", c.copy()))
+        outside = exp.or_(exp.LT(this=c.copy(), expression=lit(0)), exp.GTE(this=c.copy(), expression=lit(n)))
+        case = case.when(outside, fail(f" lies outside shape {shape}"))
+        case = case.else_(exp.Cast(this=c.copy(), to=exp.DataType.build("BIGINT")))
+        cells.append(exp.alias_(case, ident(f"i{d}")))
+    return exp.select(*cells, col("s", "v")).from_(_rows(parsed, r).subquery("s"))
 
 
 def blocks_from_rows(
-    parsed: exp.Query, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
+    parsed: exp.Query, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str, types: list[str]
 ) -> exp.Select:
-    """A SELECT of (k0..k{r-1}, tensor) with every block of the grid, built from the query's rows."""
+    """A SELECT of (k0..k{r-1}, tensor) with every block of the grid, built from the query's rows (read
+    once, checked by ``_checked``; ``types``: the DuckDB types of the query's columns)."""
     r = len(shape)
     pos = T.positional(shape, block_shape, dtype)
     # per row: block keys and the flat C-order index inside the (possibly ragged) block
@@ -60,7 +137,7 @@ def blocks_from_rows(
         *keyed_cols,
         exp.alias_(exp.Cast(this=flat, to=exp.DataType.build("BIGINT")), ident("idx")),
         exp.alias_(exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type)), ident("v")),
-    ).from_(_rows(parsed, r).subquery("s"))
+    ).from_(_checked(parsed, shape, types).subquery("s"))
     numel: exp.Expression = lit(1)
     for d in range(r):
         numel = exp.Mul(this=numel, expression=sqlgen.extent(pos, f"k{d}", col("p", f"k{d}")))

@@ -12,12 +12,14 @@ contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.te
 from __future__ import annotations
 
 import itertools
+import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlglot import exp
 
+from tensorsql.dtypes import DTYPES
 from tensorsql.errors import PlanError
 from tensorsql.ir import tra as T
 from tensorsql.ir.ops import AGG_FUNCS
@@ -80,6 +82,234 @@ def spec(*terms: tuple[str, ...]) -> str:
                 letters[lab] = _LETTERS[len(letters)]
     parts = ["".join(letters[lab] for lab in t) for t in terms]
     return ",".join(parts[:-1]) + "->" + parts[-1]
+
+
+# -- checks of stored tables ----------------------------------------------------------------------------
+# A stored table may be edited with SQL between two reads. Every statement that reads one checks it (the
+# executor's ``checks`` choose which), in the statement itself, at every run:
+# - ``guard``, a UNION ALL branch: each key of each table non-NULL, inside the block grid, and once;
+# - every blob a kernel reads is checked by the kernel against its block's shape (before it touches memory);
+#   a raw read of the table (the table is the result) checks each blob with ``checked`` instead.
+# A check that fails stops the query with DuckDB's error(): CORRUPT, the table's metadata as JSON (a literal)
+# and the failing key and number (bytes or count); ``corrupt_message`` writes the user's message from it
+# (``errors.wrap``: CorruptTableError). Composing it in Python keeps the SQL small: DuckDB sets up every
+# expression of a statement at every run, failing or not (a message built in SQL cost ~1 ms a run, a per-row
+# check in front of every kernel ~0.5 ms). A run that fails otherwise (a kernel's check) runs ``diagnosis``,
+# which names the table and key when a table is to blame.
+
+#: the start of the message of every check below
+CORRUPT = "tensorsql: corrupted stored table"
+
+#: which stored tables a statement checks (``to_ast``/``to_sink_ast``'s ``checks``): all, none, or those a
+#: predicate picks (an executor skips the views it checked when it registered them)
+Checks = bool | Callable[[T.Scan], bool]
+
+
+def _case(cond: exp.Expression, then: exp.Expression, default: exp.Expression) -> exp.Case:
+    """CASE WHEN cond THEN then ELSE default END, built in place (sqlglot's builder copies its arguments)."""
+    return exp.Case(ifs=[exp.If(this=cond, true=then)], default=default)
+
+
+def _in_grid(scan: T.Scan, keys: list[exp.Expression]) -> exp.Expression | None:
+    """Every key inside the block grid (NULL for a NULL key); None for a 0-d table, which has no keys."""
+    s = scan.schema
+    conds = [
+        exp.Between(this=k.copy(), low=lit(0), high=lit(s.nblocks(lab) - 1))
+        for lab, k in zip(s.keys, keys, strict=True)
+    ]
+    return exp.and_(*conds, copy=False) if conds else None
+
+
+def _about(scan: T.Scan, check: str) -> str:
+    """The start of a failed check's error: CORRUPT and what ``corrupt_message`` needs, as JSON."""
+    s = scan.schema
+    info = {
+        "table": scan.table,
+        "shape": [s.sizes[k] for k in s.keys],
+        "blocks": [s.blocks[k] for k in s.keys],
+        "dtype": s.dtype,
+        "check": check,
+    }
+    return f"{CORRUPT} {json.dumps(info)} "
+
+
+def _failure(
+    about: exp.Expression, keys: list[exp.Expression], number: exp.Expression, *, listed: bool = True
+) -> exp.Expression:
+    """error(about || '[k0, k1] ' || number): the failing key and its byte count or row count. ``keys``: the
+    key columns (``listed``), or one expression that is the key's list already."""
+    text = exp.DataType.build("VARCHAR")
+    key: exp.Expression = lit("[]")
+    if keys:
+        key = exp.Cast(this=exp.Array(expressions=[k.copy() for k in keys]) if listed else keys[0], to=text)
+    return call("error", call("concat", about, key, lit(" "), exp.Cast(this=number, to=text)))
+
+
+def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) -> exp.Expression:
+    """A stored block as it is read, checked first: unless it is NULL (absent), its key inside the block
+    grid and its blob as long as its block shape and dtype need; else the query stops with an error naming
+    the table and the key. A projection of rows the query reads anyway: no scan of its own, no copy. Checked
+    before a kernel sees the block, so the error is this one, not the kernel's."""
+    s = scan.schema
+    cols = dict(zip(s.keys, keys, strict=True))
+    extents = [extent(s, k, exp.Cast(this=cols[k].copy(), to=exp.DataType.build("BIGINT"))) for k in s.keys]
+    need: exp.Expression = lit(DTYPES[s.dtype].itemsize * math.prod(int(e.name) for e in extents if e.is_int))
+    for e in extents:
+        if not e.is_int:
+            need = exp.Mul(this=need, expression=e)
+    fits = exp.EQ(this=call("octet_length", tensor.copy()), expression=need)
+    in_grid = _in_grid(scan, keys)
+    ok = exp.or_(
+        exp.Is(this=tensor.copy(), expression=exp.Null()),  # absent, or a positional join's padding row
+        fits if in_grid is None else exp.and_(in_grid, fits, copy=False),
+        copy=False,
+    )
+    failed = _failure(lit(_about(scan, "block")), keys, call("octet_length", tensor.copy()))
+    return _case(ok, tensor.copy(), exp.Cast(this=failed, to=exp.DataType.build("BLOB")))
+
+
+def _keys_of(index: int, scan: T.Scan, rank: int) -> exp.Select:
+    """The keys of stored table ``index`` for ``guard``: (t, k0..k{rank-1} padded with 0, ok), ok being
+    whether the key lies inside its grid (NULL for a NULL key). The key columns only: no blob is read."""
+    s = scan.schema
+    keys: list[exp.Expression] = [exp.column(k, quoted=True) for k in s.keys]
+    in_grid = _in_grid(scan, keys)
+    keys += [exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for _ in range(rank - len(keys))]
+    cells = [lit(index), *keys, exp.true() if in_grid is None else in_grid]
+    names = ["t", *(f"k{d}" for d in range(rank)), "ok"]
+    aliased = [exp.alias_(c, ident(n), copy=False) for c, n in zip(cells, names, strict=True)]
+    return exp.select(*aliased, copy=False).from_(exp.Table(this=ident(scan.table)), copy=False)
+
+
+#: the cells of a ``guard`` row around the raised error
+GuardCells = Callable[[exp.Expression], list[exp.Expression]]
+
+
+def _grouped(scans: list[tuple[int, T.Scan]], row: GuardCells) -> exp.Select:
+    """``guard``'s check of tables of several blocks: one GROUP BY over the keys of all of them; a key that
+    appears twice, is NULL or lies outside its grid fails."""
+    rank = max(len(scan.schema.keys) for _, scan in scans)
+    keys: exp.Query = _keys_of(*scans[0], rank)
+    for i, scan in scans[1:]:
+        keys = exp.union(keys, _keys_of(i, scan, rank), distinct=False, copy=False)
+    group = [exp.column(n, quoted=True) for n in ["t", *(f"k{d}" for d in range(rank)), "ok"]]
+    per_key = exp.select(*group, exp.alias_(exp.Count(this=exp.Star()), ident("n"), copy=False), copy=False)
+    per_key = per_key.from_(exp.Subquery(this=keys, alias=exp.TableAlias(this=ident("u"))), copy=False)
+    per_key = per_key.group_by(*[c.copy() for c in group], copy=False)
+    bad = exp.or_(
+        exp.GT(this=col("g", "n"), expression=lit(1)),
+        exp.Not(this=call("coalesce", col("g", "ok"), exp.false())),
+        copy=False,
+    )
+    abouts = {i: lit(_about(scan, "keys")) for i, scan in scans}
+    about = next(iter(abouts.values())) if len(abouts) == 1 else exp.Case(
+        ifs=[exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()]
+    )
+    failed = _failure(about, [col("g", f"k{d}") for d in range(rank)], col("g", "n"))
+    q = exp.select(*row(failed), copy=False).from_(per_key.subquery("g"), copy=False)
+    return q.where(bad, copy=False)
+
+
+def _one_block(scan: T.Scan, row: GuardCells) -> exp.Select:
+    """``guard``'s check of a table whose grid is one block: one ungrouped aggregate (a GROUP BY costs
+    DuckDB ~1 ms a run, as much as a small call): more than one row, or a key that is NULL or not all zeros,
+    fails."""
+    s = scan.schema
+    keys = [exp.column(k, quoted=True) for k in s.keys]
+    cells = [exp.alias_(exp.Count(this=exp.Star()), ident("n"), copy=False)]
+    bad = exp.GT(this=col("c", "n"), expression=lit(1))
+    number: exp.Expression = col("c", "n")
+    key: list[exp.Expression] = []
+    in_grid = _in_grid(scan, keys)
+    if in_grid is not None:
+        outside = exp.Not(this=call("coalesce", in_grid, exp.false()))
+        first = call("first", exp.Array(expressions=keys))
+        first = exp.Filter(this=first, expression=exp.Where(this=outside))
+        cells.append(exp.alias_(first, ident("bad"), copy=False))
+        found = exp.Not(this=exp.Is(this=col("c", "bad"), expression=exp.Null()))
+        bad = exp.or_(bad, found, copy=False)
+        number = _case(found.copy(), lit(1), number)
+        zeros = exp.Array(expressions=[exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for _ in keys])
+        key = [call("coalesce", col("c", "bad"), zeros)]
+    failed = _failure(lit(_about(scan, "keys")), key, number, listed=False)
+    counted = exp.select(*cells, copy=False).from_(exp.Table(this=ident(scan.table)), copy=False)
+    q = exp.select(*row(failed), copy=False).from_(counted.subquery("c"), copy=False)
+    return q.where(bad, copy=False)
+
+
+def guard(scans: list[T.Scan], columns: list[tuple[str, str]]) -> exp.Query:
+    """A branch for ``UNION ALL`` beside a statement's result: no row, or the first bad key of the stored
+    tables the statement reads (repeated, NULL or outside the grid), raised as an error. Whatever rows the
+    query pairs or drops, every key of every table it reads is checked once per run, from its key columns
+    only (no blob is read). A union branch is a pipeline of its own, where a cross join with the result
+    might materialize the result. ``columns``: (name, SQL type) of the statement's rows."""
+    *nulls, (last, last_type) = columns
+
+    def row(failed: exp.Expression) -> list[exp.Expression]:
+        typed = [(exp.Cast(this=exp.Null(), to=exp.DataType.build(t)), n) for n, t in nulls]
+        raised = exp.Cast(this=failed, to=exp.DataType.build(last_type))
+        return [exp.alias_(c, ident(n), copy=False) for c, n in [*typed, (raised, last)]]
+
+    single = [scan for scan in scans if all(scan.schema.nblocks(k) == 1 for k in scan.schema.keys)]
+    several = [(i, scan) for i, scan in enumerate(scans) if scan not in single]
+    branches: list[exp.Select] = [_one_block(scan, row) for scan in single]
+    if several:
+        branches.append(_grouped(several, row))
+    q: exp.Query = branches[0]
+    for branch in branches[1:]:
+        q = exp.union(q, branch, distinct=False, copy=False)
+    return q
+
+
+def corrupt_message(text: str) -> str | None:
+    """The user's message for a failed check's error text (None when ``text`` is not one): the table, the
+    key, and what is wrong with it."""
+    at = text.find(CORRUPT)
+    if at < 0:
+        return None
+    rest = text[at + len(CORRUPT) :].lstrip()
+    try:
+        info, end = json.JSONDecoder().raw_decode(rest)
+        key_text, number = rest[end:].strip().rsplit(" ", 1)
+        shape, blocks, dtype = info["shape"], info["blocks"], info["dtype"]
+        rank = len(shape)
+        items = [k.strip() for k in key_text.strip("[]").split(",") if k.strip()][:rank]
+        key = [None if k == "NULL" else int(k) for k in items]
+        count = int(number)
+    except (ValueError, KeyError, TypeError):
+        return text[at:]
+    grid = [-(-n // b) for n, b in zip(shape, blocks, strict=True)]
+    shown = "[" + ", ".join("NULL" if k is None else str(k) for k in key) + "]"
+    head = f"{CORRUPT} {info['table']!r}: block" + (f" key {shown}" if rank else "")
+    if info["check"] == "keys" and count > 1:
+        return f"{head} appears {count} times"
+    if any(k is None for k in key):
+        return f"{head} has a NULL key column"
+    if any(not 0 <= k < g for k, g in zip(key, grid, strict=True)):
+        return f"{head} lies outside its block grid {grid} (shape {shape} in blocks of {blocks})"
+    ext = [min(b, n - b * k) for k, b, n in zip(key, blocks, shape, strict=True)]
+    need = DTYPES[dtype].itemsize * math.prod(ext) if dtype in DTYPES else "?"
+    return f"{head} has {count} bytes but its block shape {ext} of {dtype} needs {need}"
+
+
+def diagnosis(root: T.Rel, checks: Checks = True) -> list[exp.Query]:
+    """Statements that check the stored tables a plan reads whole, keys first (``guard``) and then every
+    blob (``checked``): what a failed run executes next, in order, to tell a corrupted table (the error then
+    names it) from any other failure. Empty when the plan reads no table to check."""
+    pick = checks if callable(checks) else (lambda _scan: bool(checks))
+    scans = list({_scan_key(s): s for s in _scans(root) if pick(s)}.values())
+    if not scans:
+        return []
+    blobs: exp.Query | None = None
+    for scan in scans:
+        blob = checked(scan, [col("c", k) for k in scan.schema.keys], col("c", "tensor"))
+        each = exp.select(exp.alias_(blob, ident("x"), copy=False), copy=False).from_(table(scan.table, "c"))
+        blobs = each if blobs is None else exp.union(blobs, each, distinct=False, copy=False)
+    out: list[exp.Query] = []
+    for rows in (guard(scans, [("x", "BLOB")]), blobs):
+        every = exp.Count(this=col("d", "x"))  # count(x), not count(*): every row's check is evaluated
+        out.append(exp.select(every).from_(exp.Subquery(this=rows, alias=exp.TableAlias(this=ident("d")))))
+    return out
 
 
 @dataclass
@@ -163,15 +393,46 @@ def _unbound(rel: T.Input) -> str:
     raise PlanError(f"operand {rel.name!r} (#{rel.index}) has no binding in this statement")
 
 
+def _scans(root: T.Rel) -> list[T.Scan]:
+    """The stored tables a plan reads (Scan nodes)."""
+    seen: set[T.Rel] = set()
+    stack, out = [root], []
+    while stack:
+        rel = stack.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        if isinstance(rel, T.Scan):
+            out.append(rel)
+        stack.extend(T.inputs(rel))
+    return out
+
+
+def _scan_key(scan: T.Scan) -> tuple[object, ...]:
+    """A stored table with its metadata: two Scan nodes of one table read it once as far as checks go."""
+    s = scan.schema
+    return scan.table, tuple((s.sizes[k], s.blocks[k]) for k in s.keys), s.dtype
+
+
 class _Builder:
-    def __init__(self, names: Names | None = None, bind: Bind | None = None) -> None:
+    def __init__(
+        self, root: T.Rel, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
+    ) -> None:
         self.ctes: list[tuple[str, exp.Select]] = []
         self.refs: dict[T.Rel, str] = {}
         self.names = names or Names()
+        # no CTE may take a stored table's name: it would hide the table from every reference in the statement
+        self.names.reserved |= {scan.table.lower() for scan in _scans(root)}
         self.bind = bind or _unbound
+        #: whether to check a stored table the statement reads (``checked``, ``guard``)
+        self.check: Callable[[T.Scan], bool] = checks if callable(checks) else (lambda _scan: bool(checks))
+        #: the stored tables read, once each (by table and metadata)
+        self.scans: dict[tuple[object, ...], T.Scan] = {}
 
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
+            if self.check(rel):
+                self.scans.setdefault(_scan_key(rel), rel)
             return rel.table
         if rel not in self.refs:
             if isinstance(rel, T.Input):
@@ -213,6 +474,14 @@ class _Builder:
             return Src(table(self.ref(rel.child), alias), cols, where, alias)
         return Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
 
+    def read(self, rel: T.Rel, alias: str) -> exp.Expression:
+        """The ``tensor`` column of ``rel`` under ``alias``, where no kernel reads it (the stored table itself
+        is the result): checked (``checked``) when ``rel`` is a stored table."""
+        tensor = col(alias, "tensor")
+        if isinstance(rel, T.Scan) and self.check(rel):
+            return checked(rel, [col(alias, k) for k in rel.schema.keys], tensor)
+        return tensor
+
     def select(self, rel: T.Rel) -> exp.Select:
         if isinstance(rel, T.Positional) and isinstance(rel.child, T.Aggregate | T.Join | T.Unary):
             # the rename back to k0..k{r-1} happens in the child's own SELECT
@@ -230,7 +499,7 @@ class _Builder:
     @staticmethod
     def finish(row: Row, group: bool = False) -> exp.Select:
         cols = [exp.alias_(e, ident(k)) for k, e in row.keys.items()]
-        q = row.source.select(*cols, exp.alias_(row.tensor, ident("tensor")), copy=False)
+        q = row.source.select(*cols, exp.alias_(row.tensor, ident("tensor"), copy=False), copy=False)
         if group and row.keys:
             q = q.group_by(*row.keys.values(), copy=False)
         return q
@@ -354,7 +623,7 @@ class _Builder:
         if _fused(rel, row):
             # tensor_<agg>(tensor_einsum(...)) as one native aggregate: the block products accumulate into
             # the group's output block (GEMM with beta=1 for multiply/sum), no product blob per joined pair
-            tensor = call("tensor_einsum_agg", *[a.copy() for a in row.tensor.expressions])
+            tensor = call("tensor_einsum_agg", *row.tensor.expressions)
         else:
             tensor = call(AGG_FUNCS[rel.agg], row.tensor, lit(rel.schema.dtype))
         return self.finish(Row(row.source, keys, tensor), group=True)
@@ -529,16 +798,19 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
     written = ident("written")
     if isinstance(root, T.Fused):
         row = b.fused(root)
-        args = [_sink_key(key), _starts(root.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
-        return row.source.select(exp.alias_(call("tensor_einsum_path_into", *args), written), copy=False)
+        args = [_sink_key(key), _starts(root.schema, row.keys), *row.tensor.expressions]
+        into = exp.alias_(call("tensor_einsum_path_into", *args), written, copy=False)
+        return row.source.select(into, copy=False)
     agg = root.child if isinstance(root, T.Positional) else None
     row = b.row(agg.child) if isinstance(agg, T.Aggregate) and isinstance(agg.child, T.Join) else None
     if row is not None and _fused(agg, row):
-        args = [_sink_key(key), _starts(agg.schema, row.keys), *[a.copy() for a in row.tensor.expressions]]
+        args = [_sink_key(key), _starts(agg.schema, row.keys), *row.tensor.expressions]
         js = agg.child.schema
         if all(js.blocks[lab] >= js.sizes[lab] for lab in js.keys if lab not in agg.schema.keys):
-            return row.source.select(exp.alias_(call("tensor_einsum_into", *args), written), copy=False)
-        q = row.source.select(exp.alias_(call("tensor_einsum_agg_into", *args), written), copy=False)
+            into = exp.alias_(call("tensor_einsum_into", *args), written, copy=False)
+            return row.source.select(into, copy=False)
+        into = exp.alias_(call("tensor_einsum_agg_into", *args), written, copy=False)
+        q = row.source.select(into, copy=False)
         return q.group_by(*[row.keys[k].copy() for k in agg.schema.keys], copy=False)
     s = root.schema
     direct = _row_of(b, root)
@@ -551,11 +823,12 @@ def _sink_rows(b: _Builder, root: T.Rel, key: int) -> exp.Select:
             args = [_sink_key(key), starts, *[a.copy() for a in direct.tensor.expressions]]
             return direct.source.select(exp.alias_(call("tensor_einsum_into", *args), written), copy=False)
         tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), direct.tensor, shape)
-        return direct.source.select(exp.alias_(tensor, written), copy=False)
+        return direct.source.select(exp.alias_(tensor, written, copy=False), copy=False)
     cols = {k: col("c", k) for k in s.keys}
     starts, shape = _starts(s, cols), block_shape(s, cols)
-    tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), col("c", "tensor"), shape)
-    return exp.select(exp.alias_(tensor, written)).from_(table(b.ref(root), "c"))
+    source = table(b.ref(root), "c")
+    tensor = call("tensor_sink_write", _sink_key(key), starts, lit(s.dtype), b.read(root, "c"), shape)
+    return exp.select(exp.alias_(tensor, written, copy=False)).from_(source)
 
 
 def _row_of(b: _Builder, root: T.Rel) -> Row | None:
@@ -570,20 +843,23 @@ def _row_of(b: _Builder, root: T.Rel) -> Row | None:
 
 
 def to_sink_ast(
-    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None
+    root: T.Rel, *, key: int, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
 ) -> exp.Select:
     """The plan as one statement that writes every result block into the result sink ``key`` (a slot the
     caller points at a C-contiguous array) and returns (blocks, elements) written, for a completeness
-    check."""
+    check. ``checks``: check the stored tables it reads (see ``guard``), so every written block has a
+    distinct key inside the grid and "elements == size" means every block was written."""
     if len(set(root.schema.blob)) != len(root.schema.blob):
         raise TypeError("a result sink needs one blob label per dimension")
-    b = _Builder(names, bind)
-    rows = _sink_rows(b, root, key)
+    b = _Builder(root, names, bind, checks)
+    rows: exp.Query = _sink_rows(b, root, key)
     if not b.ctes and rows.args.get("from_") is None and not rows.args.get("group"):
         # every input inlined and one output block: the row itself is the answer, one row with no FROM (no
         # aggregate to count it, which costs DuckDB as much as the rest of such a statement)
         (written,) = rows.expressions
         return exp.select(exp.alias_(lit(1), ident("blocks")), exp.alias_(written.this, ident("elements")))
+    if b.scans:
+        rows = exp.union(rows, guard(list(b.scans.values()), [("written", "BIGINT")]), distinct=False)
     w = col("w", "written")
     q = exp.select(
         exp.alias_(exp.Count(this=w), ident("blocks")), exp.alias_(exp.Sum(this=w.copy()), ident("elements"))
@@ -593,16 +869,28 @@ def to_sink_ast(
     return q
 
 
-def to_ast(root: T.Rel, *, names: Names | None = None, bind: Bind | None = None) -> exp.Select:
+def to_ast(
+    root: T.Rel, *, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
+) -> exp.Query:
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
-    rows a positional join may leave, so results and saved tables hold real blocks only)."""
-    b = _Builder(names, bind)
+    rows a positional join may leave, so results and saved tables hold real blocks only). ``checks``: check
+    the stored tables it reads (``checked`` where their blocks are read, ``guard`` for their keys)."""
+    b = _Builder(root, names, bind, checks)
     name = b.ref(root)
-    q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
+    q: exp.Query
+    if isinstance(root, T.Scan) and b.check(root):  # the stored table itself: its blocks checked as they pass
+        keys = [exp.alias_(col("c", k), ident(k)) for k in root.schema.keys]
+        blocks = exp.alias_(b.read(root, "c"), ident("tensor"), copy=False)
+        q = exp.select(*keys, blocks).from_(table(name, "c"))
+    else:
+        q = exp.select(exp.Star()).from_(exp.Table(this=ident(name)))
     if T.may_pad(root):
         q = q.where(
             exp.Not(this=exp.Is(this=exp.column("tensor", quoted=True), expression=exp.Null())), copy=False
         )
+    if b.scans:
+        columns = [(k, "INTEGER") for k in root.schema.keys] + [("tensor", "BLOB")]
+        q = exp.union(q, guard(list(b.scans.values()), columns), distinct=False)
     for cte_name, cte in b.ctes:
         q = q.with_(ident(cte_name), as_=cte, copy=False)
     return q
