@@ -86,7 +86,7 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
     view = _slab_view(table, keys, shape, block_shape, dt)
     if view is not None:
         return view
-    nblocks = math.prod(-(-m // b) for m, b in zip(shape, block_shape, strict=True)) if all(shape) else 0
+    nblocks = math.prod(grid(shape, block_shape))
     complete = table.num_rows == nblocks and table.column("tensor").null_count == 0
     # every element is written below when every block is present (keys are unique in a tensor relation)
     out = np.empty(shape, dtype=dt) if complete else np.zeros(shape, dtype=dt)
@@ -109,7 +109,7 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
                 slice(j * b, min((j + 1) * b, m)) for j, b, m in zip(idx, block_shape, shape, strict=True)
             )
             ext = tuple(s.stop - s.start for s in sl)
-            if any(e <= 0 for e in ext) and ext:
+            if any(e < 0 or (e == 0 and m > 0) for e, m in zip(ext, shape, strict=True)):
                 raise ShapeError(f"block key {tuple(idx)} lies outside a tensor of shape {shape}")
             need = int(np.prod(ext)) * dt.itemsize
             lo, hi = int(offs[i]), int(offs[i + 1])

@@ -36,6 +36,8 @@ def col(alias: str, name: str) -> exp.Column:
 def lit(value: int | float | str) -> exp.Expression:
     if isinstance(value, str):
         return exp.Literal.string(value)
+    if isinstance(value, float) and not math.isfinite(value):  # 'nan', 'inf', '-inf': DuckDB's spelling
+        return exp.Cast(this=exp.Literal.string(str(value)), to=exp.DataType.build("DOUBLE"))
     if isinstance(value, int) and value < 0:
         return exp.Neg(this=exp.Literal.number(-value))
     return exp.Literal.number(value)
