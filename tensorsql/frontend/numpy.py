@@ -15,7 +15,8 @@ from tensorsql.ir import ops
 
 
 def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
-    """numpy's einsum result dtype; an integer ``divide`` promotes to float64 like ``/`` does."""
+    """numpy's einsum result dtype; an integer ``divide`` of two operands promotes to float64 like ``/`` does
+    (a single operand is joined with nothing: its dtype stays)."""
     if dtype is not None:
         want = dtype_name(dtype)
         for i, d in enumerate(dtypes):
@@ -23,7 +24,7 @@ def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
                 raise DTypeError(f"operand {i} of dtype {d} cannot be cast safely to dtype={want}")
         return want
     name = np.result_type(*[DTYPES[d] for d in dtypes]).name if dtypes else "float64"
-    return ops.join_dtype(join, name)
+    return ops.join_dtype(join, name) if len(dtypes) > 1 else name
 
 
 def cast(node: E.Node, dtype: str) -> E.Node:
