@@ -25,6 +25,7 @@ from tensorsql.errors import (
 from tensorsql.frontend import numpy as frontend
 from tensorsql.frontend.subscripts import Subscripts, parse, split_args, subscripts_text
 from tensorsql.ir import expr as E
+from tensorsql.ir import ops
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Session, as_array
 
@@ -467,9 +468,12 @@ def einsum_path(*args: object, optimize: object = "greedy") -> tuple[list[object
 
 
 def _apply(x: object, fn: str, param: float | None = None) -> object:
+    """A map of an array has numpy's result dtype (``ops.map_dtype``): computed in the relation dtype that
+    carries it (float16 in float32, bool in int64), then cast to it."""
     if isinstance(x, TensorRelation):
         return x.session.map(x, fn, param)
     arr = as_array(x, fn)
+    final = np.dtype(ops.map_dtype(fn, arr.dtype.name, ops.check_map(fn, param)))
     arr = arr.astype(carrier_dtype(arr.dtype), copy=False)
     s = default_session()
     opt = hashable(param)
@@ -481,6 +485,9 @@ def _apply(x: object, fn: str, param: float | None = None) -> object:
         if key is not None:
             s.plans.put(key, entry)
     out = s.value(entry.plan, {entry.leaves[0]: arr})  # type: ignore[dict-item]
+    if out.dtype != final:  # float16 overflows to inf as numpy's float16 result does: no warning
+        with np.errstate(over="ignore"):
+            out = (out != 0) if final == np.bool_ else out.astype(final)
     return out[()] if out.ndim == 0 else out
 
 

@@ -1,4 +1,4 @@
-"""The six dtypes a tensor relation may hold, and how other numpy dtypes are carried through them."""
+"""The dtypes a tensor relation may hold, and how other numpy dtypes are carried through them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import numpy as np
 
 from tensorsql.errors import DTypeError
 
-#: dtype name -> little-endian numpy dtype. These are the names the kernels understand.
+#: dtype name -> little-endian numpy dtype. These are the names the kernels understand: every integer type is
+#: computed in itself (uint64 above 2**63, max/min, relu, abs and conversions need the real type, not the bits
+#: of a wider signed one).
 DTYPES: dict[str, np.dtype] = {
     "float32": np.dtype("<f4"),
     "float64": np.dtype("<f8"),
@@ -14,19 +16,19 @@ DTYPES: dict[str, np.dtype] = {
     "int64": np.dtype("<i8"),
     "complex64": np.dtype("<c8"),
     "complex128": np.dtype("<c16"),
+    "int8": np.dtype("i1"),
+    "int16": np.dtype("<i2"),
+    "uint8": np.dtype("u1"),
+    "uint16": np.dtype("<u2"),
+    "uint32": np.dtype("<u4"),
+    "uint64": np.dtype("<u8"),
 }
 
-# numpy dtypes the drop-in ``tensorsql.einsum`` accepts by computing in a wider relation dtype and
-# casting back. Sums and products in modular (wrapping) integer arithmetic give the same low bits in a
-# wider type, so the cast back is exact; bool einsum is OR-of-AND, i.e. ``!= 0`` of the integer result.
+# numpy dtypes the drop-in ``tensorsql.einsum`` accepts by computing in a wider relation dtype and casting
+# back: bool einsum is OR-of-AND, i.e. ``!= 0`` of the integer result (int64: a count of true products cannot
+# wrap to 0); float16 is computed in float32 and rounded once at the end.
 _CARRIERS: dict[str, str] = {
     "bool": "int64",
-    "int8": "int32",
-    "int16": "int32",
-    "uint8": "int32",
-    "uint16": "int32",
-    "uint32": "int64",
-    "uint64": "int64",
     "float16": "float32",
 }
 
@@ -69,7 +71,7 @@ def is_complex(name: str) -> bool:
 
 
 def is_integer(name: str) -> bool:
-    return name.startswith("int")
+    return name.startswith(("int", "uint"))
 
 
 def promote_float(name: str) -> str:

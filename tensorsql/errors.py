@@ -56,6 +56,11 @@ class OperatorError(ValueError, TensorSQLError):
     """An unknown or unsupported join, aggregation or map function."""
 
 
+class RangeError(OverflowError, TensorSQLError):
+    """A number outside the range of the integer dtype it must be computed in (``ts.scale(int8_array, 300)``:
+    numpy 2 raises OverflowError for it too)."""
+
+
 class TableNotFoundError(KeyError, TensorSQLError):
     """A named tensor relation that is not in the session's catalog."""
 
@@ -134,6 +139,7 @@ __all__ = [
     "OutOfMemoryError",
     "OutputError",
     "PlanError",
+    "RangeError",
     "SQLExecutionError",
     "SessionClosedError",
     "ShapeError",

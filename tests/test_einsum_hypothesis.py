@@ -1,4 +1,5 @@
-"""Property tests: random valid einsum equations against numpy, and from_numpy/numpy roundtrips."""
+"""Property tests: random valid einsum equations against numpy (also at the integer dtypes' extremes and with
+empty axes, and with the extended EinSum's joins and aggregations), and from_numpy/numpy roundtrips."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tolerance import assert_einsum_close
+from tolerance import assert_close, assert_einsum_close, reduction_tolerance
 
 import tensorsql
+from tensorsql.ir import ops as OPS
 
 LABEL_POOL = "abcdefgXY"
 EINSUM_DTYPES = [np.float64, np.int64, np.complex128, np.float32]
@@ -20,19 +22,36 @@ ALL_DTYPES = [np.float32, np.float64, np.int64, np.complex128]
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
+#: integer dtypes drawn at their extremes (min, max, their neighbours, 0, +-1; 2**63 + 10 for uint64)
+EXTREME_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+
+
+def _extreme_pool(dt: np.dtype) -> np.ndarray:
+    info = np.iinfo(dt)
+    vals = {info.min, info.max, info.min + 1, info.max - 1, 0, 1, 2, info.max // 2 + 1}
+    if dt.kind == "i":
+        vals |= {-1, -2}
+    if dt == np.uint64:
+        vals |= {2**63 + 10, 2**63 - 1}
+    return np.array(sorted(vals), dtype=dt)
+
+
 @dataclass(frozen=True)
 class Problem:
     subscripts: str
     shapes: tuple[tuple[int, ...], ...]
     dtype: type
     seed: int
+    extreme: bool = False  # integers drawn from the dtype's extremes
 
     def operands(self) -> list[np.ndarray]:
         rng = np.random.default_rng(self.seed)
         dt = np.dtype(self.dtype)
         out = []
         for s in self.shapes:
-            if dt.kind == "i":
+            if self.extreme and dt.kind in "iu":
+                out.append(rng.choice(_extreme_pool(dt), size=s))
+            elif dt.kind == "i":
                 out.append(np.asarray(rng.integers(-3, 4, size=s), dtype=dt))
             elif dt.kind == "c":
                 out.append(np.asarray(rng.standard_normal(s) + 1j * rng.standard_normal(s), dtype=dt))
@@ -42,14 +61,25 @@ class Problem:
 
 
 @st.composite
-def einsum_problems(draw) -> Problem:
+def einsum_problems(
+    draw,
+    min_size: int = 1,
+    dtypes=None,
+    extreme: bool = False,
+    max_ops: int = 3,
+    ellipsis: bool = True,
+    explicit: bool = False,
+) -> Problem:
     """1-3 operands with 0-4 labelled dims each (labels may repeat inside an operand), label sizes 1-4,
     occasional size-1 broadcasting of a label, optionally '...' in some operands (with size-1
-    broadcast dims), and either implicit output or an explicit random subset/order of the labels."""
-    n_ops = draw(st.integers(1, 3))
+    broadcast dims), and either implicit output or an explicit random subset/order of the labels.
+
+    ``min_size=0``: empty axes too; ``dtypes``/``extreme``: integer dtypes drawn at their extremes;
+    ``max_ops``, ``ellipsis``, ``explicit``: fewer operands, no '...', an explicit output always."""
+    n_ops = draw(st.integers(1, max_ops))
     labels = draw(st.lists(st.sampled_from(LABEL_POOL), min_size=1, max_size=5, unique=True))
-    size = {lab: draw(st.integers(1, 4)) for lab in labels}
-    use_ellipsis = draw(st.booleans())
+    size = {lab: draw(st.integers(min_size, 4)) for lab in labels}
+    use_ellipsis = ellipsis and draw(st.booleans())
     ell_shape = draw(st.lists(st.integers(1, 3), max_size=2)) if use_ellipsis else []
 
     terms: list[str] = []
@@ -67,7 +97,7 @@ def einsum_problems(draw) -> Problem:
         if use_ellipsis and draw(st.booleans()):
             any_ellipsis = True
             n_ell = draw(st.integers(0, len(ell_shape)))
-            ell = [d if draw(st.integers(0, 3)) else 1 for d in ell_shape[len(ell_shape) - n_ell:]]
+            ell = [d if draw(st.integers(0, 3)) else 1 for d in ell_shape[len(ell_shape) - n_ell :]]
             at = draw(st.integers(0, len(term)))
             text = "".join(term[:at]) + "..." + "".join(term[at:])
             dims = dims[:at] + ell + dims[at:]
@@ -75,7 +105,7 @@ def einsum_problems(draw) -> Problem:
         shapes.append(tuple(dims))
 
     subscripts = ",".join(terms)
-    if draw(st.booleans()):  # explicit output
+    if explicit or draw(st.booleans()):  # explicit output
         used = list(dict.fromkeys(lab for t in terms for lab in t if lab != "."))
         out = draw(st.permutations(used))[: draw(st.integers(0, len(used)))]
         out_text = "".join(out)
@@ -83,9 +113,9 @@ def einsum_problems(draw) -> Problem:
             at = draw(st.integers(0, len(out)))
             out_text = "".join(out[:at]) + "..." + "".join(out[at:])
         subscripts += "->" + out_text
-    dtype = draw(st.sampled_from(EINSUM_DTYPES))
+    dtype = draw(st.sampled_from(dtypes or EINSUM_DTYPES))
     seed = draw(st.integers(0, 2**32 - 1))
-    return Problem(subscripts, tuple(shapes), dtype, seed)
+    return Problem(subscripts, tuple(shapes), dtype, seed, extreme)
 
 
 def _assert_matches_numpy(result, problem: Problem, ops: list[np.ndarray]) -> None:
@@ -93,12 +123,10 @@ def _assert_matches_numpy(result, problem: Problem, ops: list[np.ndarray]) -> No
     res = np.asarray(result)
     assert res.shape == expected.shape
     assert res.dtype == expected.dtype
-    if expected.dtype.kind == "i":
+    if expected.dtype.kind in "iu":
         np.testing.assert_array_equal(res, expected)
         return
     assert_einsum_close(res, problem.subscripts, *ops)  # against a float64 reference, K·eps of the dtype
-
-
 
 
 @SETTINGS
@@ -107,6 +135,94 @@ def test_random_einsum_matches_numpy(problem: Problem):
     ops = problem.operands()
     np.einsum(problem.subscripts, *ops)  # the strategy only generates what numpy accepts
     _assert_matches_numpy(tensorsql.einsum(problem.subscripts, *ops), problem, ops)
+
+
+@SETTINGS
+@given(problem=einsum_problems(min_size=0, dtypes=EINSUM_DTYPES + EXTREME_DTYPES, extreme=True))
+def test_random_einsum_at_integer_extremes_and_empty_axes_matches_numpy(problem: Problem):
+    """Wrapping integer arithmetic at every integer dtype's extremes (uint64 above 2**63), and empty axes
+    (a sum over an empty label is 0, an empty output is empty), exactly as numpy."""
+    ops = problem.operands()
+    np.einsum(problem.subscripts, *ops)
+    _assert_matches_numpy(tensorsql.einsum(problem.subscripts, *ops), problem, ops)
+
+
+JOIN_REF = {
+    "multiply": np.multiply,
+    "add": np.add,
+    "subtract": np.subtract,
+    "divide": lambda x, y: np.true_divide(x.astype(np.float64), y.astype(np.float64)),
+    "sqdiff": lambda x, y: np.subtract(x, y) * np.subtract(x, y),
+    "absdiff": lambda x, y: np.abs(np.subtract(x, y)),
+    "max": np.maximum,
+    "min": np.minimum,
+}
+AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+
+
+def extended_reference(subscripts: str, ops: list[np.ndarray], join: str, agg: str):
+    """The extended EinSum by broadcasting: every operand's diagonal spread over all labels, joined, and
+    reduced by agg over the labels not in the output (in the terms' dtype, as einsum computes; numpy's
+    ValueError for max/min over an empty label). Returns (result, terms, reduced axes, the permutation from
+    the kept labels' order to the output's)."""
+    lhs, out = subscripts.split("->")
+    terms = lhs.split(",")
+    labels = list(dict.fromkeys(c for term in terms for c in term))
+    sizes: dict[str, int] = {}
+    for term, op in zip(terms, ops, strict=True):
+        for c, n in zip(term, op.shape, strict=True):
+            sizes[c] = n if n != 1 else sizes.get(c, 1)  # a label's sizes agree or are 1 (broadcast)
+    full = []
+    for term, op in zip(terms, ops, strict=True):
+        uniq = "".join(dict.fromkeys(term))
+        arr = np.einsum(f"{term}->{uniq}", op)  # the diagonal of repeated labels
+        order = sorted(range(len(uniq)), key=lambda i: labels.index(uniq[i]))
+        arr = arr.transpose(order).reshape([arr.shape[uniq.index(c)] if c in uniq else 1 for c in labels])
+        full.append(np.broadcast_to(arr, [sizes[c] for c in labels]))
+    with np.errstate(all="ignore"):
+        joined = JOIN_REF[join](full[0], full[1]) if len(full) == 2 else full[0]
+        axes = tuple(i for i, c in enumerate(labels) if c not in out)
+        kw = {"dtype": joined.dtype} if agg in ("sum", "prod") else {}
+        res = AGG_REF[agg](joined, axis=axes, **kw) if axes else joined
+    kept = [c for c in labels if c in out]
+    perm = [kept.index(c) for c in out]
+    return np.asarray(res).transpose(perm), joined, axes, perm
+
+
+@SETTINGS
+@given(
+    problem=einsum_problems(
+        min_size=0,
+        dtypes=[np.float64, *EXTREME_DTYPES],
+        extreme=True,
+        max_ops=2,
+        ellipsis=False,
+        explicit=True,
+    ),
+    join=st.sampled_from(OPS.JOINS),
+    agg=st.sampled_from(OPS.AGGS),
+)
+def test_random_extended_einsum_matches_numpy(problem: Problem, join: str, agg: str):
+    """Every join and aggregation on random one- and two-operand equations, at the integer extremes and with
+    empty axes: integers exactly, floats within the reduction's rounding error, numpy's ValueError where a
+    max/min reduces over an empty label."""
+    ops = problem.operands()
+    try:
+        want, terms, axes, perm = extended_reference(problem.subscripts, ops, join, agg)
+    except ValueError:
+        with pytest.raises(tensorsql.EinsumError, match="has no identity"):
+            tensorsql.einsum(problem.subscripts, *ops, join=join, agg=agg)
+        return
+    got = np.asarray(tensorsql.einsum(problem.subscripts, *ops, join=join, agg=agg))
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.dtype.kind in "iu":
+        np.testing.assert_array_equal(got, want)
+    else:
+        if axes:  # the reduction's tolerance, in the kept labels' order: to the output's
+            tol = np.asarray(reduction_tolerance(terms, agg, axes, want.dtype)).transpose(perm)
+        else:
+            tol = 4 * np.finfo(want.dtype).eps * np.abs(want)
+        assert_close(got, want, tol)
 
 
 @st.composite

@@ -339,11 +339,13 @@ def test_shape_literals_and_integer_lists(con):
     np.testing.assert_array_equal(unblob(b, "float64", (3, 2)), x.reshape(2, 3).T)
 
 
-@pytest.mark.parametrize("dtype", REAL)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
 def test_list_roundtrip_and_get(scon, dtype):
+    # the dtypes whose values are all exactly DOUBLEs
+    # (int64: tensor_to_bigint_list, see test_hardening_numerics)
     x = rand((2, 3), dtype, np.random.default_rng(1))
     got = scon.execute("SELECT tensor_to_list(?::BLOB, ?)", [blob(x), dtype]).fetchone()[0]
-    np.testing.assert_array_equal(got, x.ravel().astype(np.float64))  # every REAL dtype converts exactly
+    np.testing.assert_array_equal(got, x.ravel().astype(np.float64))
     b = scon.execute(
         "SELECT tensor_from_list(?::DOUBLE[], ?)", [[float(v) for v in x.ravel()], dtype]
     ).fetchone()[0]
@@ -495,14 +497,15 @@ def test_einsum_other_specs_extended(scon, spec, join, dtype):
 def test_einsum_empty_dims_give_identity(con):
     x = np.zeros((3, 0))
     y = np.zeros((0, 2))
-    want = {"sum": 0.0, "prod": 1.0, "max": -np.inf, "min": np.inf}
-    for agg, v in want.items():
+    for agg, v in {"sum": 0.0, "prod": 1.0}.items():
         got = unblob(sql_einsum(con, "ij,jk->ik", "multiply", agg, "float64", x, y), "float64", (3, 2))
         np.testing.assert_array_equal(got, np.full((3, 2), v))
+    # max and min have no identity: numpy's error (tests/test_hardening_numerics.py has the whole rule)
     xi = np.zeros((3, 0), dtype=np.int32)
     yi = np.zeros((0, 2), dtype=np.int32)
-    got = unblob(sql_einsum(con, "ij,jk->ik", "multiply", "max", "int32", xi, yi), "int32", (3, 2))
-    np.testing.assert_array_equal(got, np.full((3, 2), np.iinfo(np.int32).min))
+    for agg in ("max", "min"):
+        with pytest.raises(duckdb.Error, match=f"agg '{agg}' reduces over label 'j' of size 0"):
+            sql_einsum(con, "ij,jk->ik", "multiply", agg, "int32", xi, yi)
     got = sql_einsum(con, "ij,jk->ki", "multiply", "sum", "float64", np.zeros((0, 4)), np.zeros((4, 2)))
     assert got == b""
 
@@ -1008,8 +1011,8 @@ def test_pack_bigint_exact_and_errors(con):
         con.execute("SELECT tensor_pack('float64', -1, 1.0, 3)").fetchall()
     with pytest.raises(duckdb.Error, match=r"tensor_pack: numel changes within a group \(3 then 4\)"):
         con.execute("SELECT tensor_pack('float64', 0, 1.0, 3 + i) FROM range(2) r(i)").fetchall()
-    with pytest.raises(duckdb.Error, match=r"tensor_pack: unknown dtype 'int8'"):
-        con.execute("SELECT tensor_pack('int8', 0, 1.0, 3)").fetchall()
+    with pytest.raises(duckdb.Error, match=r"tensor_pack: unknown dtype 'float16'"):
+        con.execute("SELECT tensor_pack('float16', 0, 1.0, 3)").fetchall()
     assert con.execute("SELECT tensor_pack('float64', 0, NULL::DOUBLE, 3)").fetchone()[0] is None
     rows = con.execute(
         "SELECT i % 3 AS g, tensor_pack('int32', i % 2, i, 2) FROM range(6) r(i) GROUP BY g ORDER BY g"

@@ -157,8 +157,8 @@ def test_writers_refuse_read_only_and_empty_slots(con, path):
 
 def test_slot_set_validates_arrays(path):
     with udf_sink.Slot(path) as slot:
-        with pytest.raises(ValueError, match="not int16"):
-            slot.set(np.zeros(3, np.int16))
+        with pytest.raises(ValueError, match="not float16"):
+            slot.set(np.zeros(3, np.float16))
         with pytest.raises(TypeError, match="not complex128"):
             slot.set(np.complex128(1))
         with pytest.raises(ValueError, match="C-contiguous"):
@@ -180,7 +180,7 @@ def test_c_abi_rejects_invalid_arguments(path):
     try:
         assert lib.tensorsql_slot_set(key, ctypes.addressof(buf), b"float64", 2, shape, 0) == 0
         assert lib.tensorsql_slot_set(key, None, b"float64", 2, shape, 0) == -1  # null base
-        assert lib.tensorsql_slot_set(key, ctypes.addressof(buf), b"int8", 2, shape, 0) == -1  # dtype
+        assert lib.tensorsql_slot_set(key, ctypes.addressof(buf), b"float16", 2, shape, 0) == -1  # dtype
         assert lib.tensorsql_slot_set(key, ctypes.addressof(buf), None, 2, shape, 0) == -1
         assert lib.tensorsql_slot_set(key, ctypes.addressof(buf), b"float64", 65, shape, 0) == -1  # rank
         assert lib.tensorsql_slot_set(key, ctypes.addressof(buf), b"float64", -1, shape, 0) == -1

@@ -90,11 +90,25 @@ SQL_FUNCTIONS: dict[str, str] = {
         "tensor_check(x BLOB, dtype VARCHAR, shape BIGINT[]) -> BOOLEAN: whether the blob has exactly the "
         "bytes the shape needs"
     ),
-    "tensor_to_list": "tensor_to_list(x BLOB, dtype VARCHAR) -> DOUBLE[]: the elements (real dtypes)",
-    "tensor_from_list": "tensor_from_list(values DOUBLE[], dtype VARCHAR) -> BLOB: a block (real dtypes)",
+    "tensor_to_list": (
+        "tensor_to_list(x BLOB, dtype VARCHAR) -> DOUBLE[]: the elements, exactly (float dtypes and the "
+        "integers of at most 32 bits; int64/uint64: tensor_to_bigint_list / tensor_to_ubigint_list)"
+    ),
+    "tensor_to_bigint_list": (
+        "tensor_to_bigint_list(x BLOB, dtype VARCHAR) -> BIGINT[]: the elements, exactly (signed integers, "
+        "uint8/16/32)"
+    ),
+    "tensor_to_ubigint_list": (
+        "tensor_to_ubigint_list(x BLOB, dtype VARCHAR) -> UBIGINT[]: the elements, exactly "
+        "(unsigned integers)"
+    ),
+    "tensor_from_list": (
+        "tensor_from_list(values DOUBLE[]|BIGINT[]|UBIGINT[], dtype VARCHAR) -> BLOB: a block (real dtypes; "
+        "each value converted as numpy's astype)"
+    ),
     "tensor_get": (
         "tensor_get(x BLOB, dtype VARCHAR, shape BIGINT[], index BIGINT[]) -> DOUBLE: one element "
-        "(real dtypes)"
+        "(the dtypes tensor_to_list takes)"
     ),
     "tensor_einsum_into": (
         "tensor_einsum_into(sink BIGINT, start BIGINT[], <tensor_einsum's arguments>) -> BIGINT: the block "
@@ -139,8 +153,8 @@ SQL_FUNCTIONS: dict[str, str] = {
         "-> BLOB: aggregate, writes each piece at offset in a zero block of out_shape"
     ),
     "tensor_pack": (
-        "tensor_pack(dtype VARCHAR, idx BIGINT, value DOUBLE|BIGINT, numel BIGINT) -> BLOB: aggregate, "
-        "block of numel elements from (flat index, value) rows; duplicates are summed"
+        "tensor_pack(dtype VARCHAR, idx BIGINT, value DOUBLE|BIGINT|UBIGINT, numel BIGINT) -> BLOB: "
+        "aggregate, block of numel elements from (flat index, value) rows; duplicates are summed"
     ),
 }
 

@@ -29,7 +29,20 @@ from typing import Any
 import numpy as np
 
 #: dtypes a sink can hold (the kernels' dtypes)
-DTYPES = ("float32", "float64", "int32", "int64", "complex64", "complex128")
+DTYPES = (
+    "float32",
+    "float64",
+    "int32",
+    "int64",
+    "complex64",
+    "complex128",
+    "int8",
+    "int16",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+)
 
 _libs: dict[tuple[str, bool], ctypes.CDLL] = {}
 _lock = threading.Lock()

@@ -89,7 +89,7 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
 
 
 def _grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-m // b) for m, b in zip(shape, block_shape, strict=True))
+    return grid(shape, block_shape)
 
 
 def _key_problem(
@@ -193,7 +193,7 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
     view = _slab_view(table, keys, shape, block_shape, dt)
     if view is not None:
         return view
-    nblocks = math.prod(-(-m // b) for m, b in zip(shape, block_shape, strict=True)) if all(shape) else 0
+    nblocks = math.prod(grid(shape, block_shape))
     out = np.empty(shape, dtype=dt) if present == nblocks else np.zeros(shape, dtype=dt)
     row0 = 0
     for chunk in table.column("tensor").chunks:

@@ -10,7 +10,7 @@ import numpy as np
 import opt_einsum
 import opt_einsum.paths
 
-from tensorsql.dtypes import DTYPES, dtype_name, is_complex
+from tensorsql.dtypes import DTYPES, carrier_dtype, dtype_name, is_complex
 from tensorsql.errors import (
     DTypeError,
     EinsumError,
@@ -25,7 +25,8 @@ from tensorsql.ir import ops
 
 
 def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
-    """numpy's einsum result dtype; an integer ``divide`` promotes to float64 like ``/`` does."""
+    """numpy's einsum result dtype; an integer ``divide`` of two operands promotes to float64 like ``/`` does
+    (a single operand is joined with nothing: its dtype stays)."""
     if dtype is not None:
         want = dtype_name(dtype)
         for i, d in enumerate(dtypes):
@@ -33,7 +34,7 @@ def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
                 raise DTypeError(f"operand {i} of dtype {d} cannot be cast safely to dtype={want}")
         return want
     name = np.result_type(*[DTYPES[d] for d in dtypes]).name if dtypes else "float64"
-    return ops.join_dtype(join, name)
+    return ops.join_dtype(join, name) if len(dtypes) > 1 else name
 
 
 def cast(node: E.Node, dtype: str) -> E.Node:
@@ -251,6 +252,9 @@ def build(
             "(chain them as separate einsum calls)"
         )
     sizes = sub.sizes
+    for x in dict.fromkeys(x for labels in sub.inputs for x in labels):
+        if x not in sub.output:
+            ops.check_empty_reduction(agg, label_name(x), sizes[x])
     counts: dict[int, int] = {}
     for labels in sub.inputs:
         for x in set(labels):
@@ -315,15 +319,12 @@ def describe_labels(labels: Sequence[int]) -> str:
     return "".join(label_name(x) if len(label_name(x)) == 1 else f"[{label_name(x)}]" for x in labels)
 
 
-_REAL_OF = {"complex64": "float32", "complex128": "float64"}
-
-
 def map_node(node: E.Node, fn: str, param: float | None = None) -> E.Node:
-    """An element-wise map; integer input to a float-valued function is promoted first, as numpy does."""
+    """An element-wise map with numpy's result dtype (``ops.map_dtype``), computed in the relation dtype that
+    carries it: integer input to a float-valued function is cast first (exp of int16 runs in float32), and a
+    map with a real result of complex input (abs) runs in the complex dtype, then takes the real part."""
     param = ops.check_map(fn, param)
-    dtype = ops.map_dtype(fn, node.dtype, param)
-    node = cast(node, dtype)
-    out = E.Map(shape=node.shape, dtype=dtype, input=node, fn=fn, param=param)
-    if ops.lookup("map", fn).real_result and is_complex(dtype):
-        return E.Cast(shape=out.shape, dtype=_REAL_OF[dtype], input=out)
-    return out
+    out_dtype = carrier_dtype(np.dtype(ops.map_dtype(fn, node.dtype, param)))
+    compute = node.dtype if ops.lookup("map", fn).real_result and is_complex(node.dtype) else out_dtype
+    node = cast(node, compute)
+    return cast(E.Map(shape=node.shape, dtype=compute, input=node, fn=fn, param=param), out_dtype)

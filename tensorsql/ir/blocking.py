@@ -83,6 +83,9 @@ def resolve_block_shape(
 
 
 def grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(-(-n // b) for n, b in zip(shape, block_shape, strict=True))
+    """Blocks per dimension. A dimension of size 0 has one block, of extent 0: a zero-size tensor is a set of
+    empty blocks, so a kernel still sees (and reduces over) its empty labels: a product over an empty label is
+    1, not an absent (zero) block."""
+    return tuple(max(1, -(-n // b)) for n, b in zip(shape, block_shape, strict=True))
 
 

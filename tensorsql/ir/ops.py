@@ -14,14 +14,15 @@ tensorsql) and one line in the C++ kernels' table (``udf_kernels/src/ops.hpp``).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
 import numpy as np
 
-from tensorsql.errors import DTypeError, OperatorError
+from tensorsql.errors import DTypeError, EinsumError, OperatorError, RangeError
 
 __all__ = [
     "AGGS",
@@ -37,11 +38,13 @@ __all__ = [
     "OPS",
     "Op",
     "agg_identity",
+    "check_empty_reduction",
     "check_map",
     "check_ops",
     "join_dtype",
     "lookup",
     "map_dtype",
+    "map_param",
     "markdown_table",
 ]
 
@@ -73,7 +76,10 @@ class Op:
     - ``identity``: an aggregation's identity element in float dtypes (``agg_identity`` gives it per dtype:
       ±inf becomes the integer dtype's min/max);
     - ``param``: what a map's parameter is ("exponent", "factor"), None when it takes none;
-    - ``real_result``: complex input gives a real result (numpy's abs).
+    - ``real_result``: complex input gives a real result (numpy's abs);
+    - ``numpy``: a map's numpy form ``f(x, p)``, whose result dtype is the map's (``map_dtype``);
+    - ``empty``: an aggregation's numpy ufunc name when numpy has no result over an empty axis (max:
+      "maximum"; ``check_empty_reduction``), None when the identity is the result (sum: 0, prod: 1).
     """
 
     name: str
@@ -85,6 +91,8 @@ class Op:
     identity: float | None = None
     param: str | None = None
     real_result: bool = False
+    numpy: Callable[[np.ndarray, object], np.ndarray] | None = None
+    empty: str | None = None
 
     @property
     def takes_param(self) -> bool:
@@ -112,20 +120,47 @@ OPS: tuple[Op, ...] = (
     Op("min", "join", 2, False, NEVER, "minimum(x, y), NaN-propagating"),
     # aggregations: acc ⊕ x over the labels not in the output
     Op("sum", "agg", 2, True, NEVER, "sum (integers wrap)", identity=0.0),
-    Op("max", "agg", 2, False, NEVER, "maximum, NaN-propagating", identity=-_INF),
-    Op("min", "agg", 2, False, NEVER, "minimum, NaN-propagating", identity=_INF),
+    Op("max", "agg", 2, False, NEVER, "maximum, NaN-propagating", identity=-_INF, empty="maximum"),
+    Op("min", "agg", 2, False, NEVER, "minimum, NaN-propagating", identity=_INF, empty="minimum"),
     Op("prod", "agg", 2, True, NEVER, "product (integers wrap)", identity=1.0),
     # maps: z = f(x)
-    Op("exp", "map", 1, True, ALWAYS, "e^x"),
-    Op("log", "map", 1, True, ALWAYS, "natural logarithm"),
-    Op("sqrt", "map", 1, True, ALWAYS, "square root"),
-    Op("relu", "map", 1, False, NEVER, "max(x, 0)"),
-    Op("neg", "map", 1, True, NEVER, "-x"),
-    Op("abs", "map", 1, True, NEVER, "|x| (complex input gives a real result)", real_result=True),
-    Op("pow", "map", 1, True, NEGATIVE_OR_FRACTIONAL_PARAM, "x ** param", param="exponent"),
-    Op("scale", "map", 1, True, FRACTIONAL_PARAM, "x * param", param="factor"),
-    Op("square", "map", 1, True, NEVER, "x * x"),
-    Op("reciprocal", "map", 1, True, ALWAYS, "1 / x"),
+    Op("exp", "map", 1, True, ALWAYS, "e^x", numpy=lambda x, p: np.exp(x)),
+    Op("log", "map", 1, True, ALWAYS, "natural logarithm", numpy=lambda x, p: np.log(x)),
+    Op("sqrt", "map", 1, True, ALWAYS, "square root", numpy=lambda x, p: np.sqrt(x)),
+    Op("relu", "map", 1, False, NEVER, "max(x, 0)", numpy=lambda x, p: np.maximum(x, 0)),
+    Op("neg", "map", 1, True, NEVER, "-x", numpy=lambda x, p: np.negative(x)),
+    Op(
+        "abs",
+        "map",
+        1,
+        True,
+        NEVER,
+        "|x| (complex input gives a real result)",
+        real_result=True,
+        numpy=lambda x, p: np.abs(x),
+    ),
+    Op(
+        "pow",
+        "map",
+        1,
+        True,
+        NEGATIVE_OR_FRACTIONAL_PARAM,
+        "x ** param",
+        param="exponent",
+        numpy=lambda x, p: np.power(x, p),
+    ),
+    Op(
+        "scale",
+        "map",
+        1,
+        True,
+        FRACTIONAL_PARAM,
+        "x * param",
+        param="factor",
+        numpy=lambda x, p: np.multiply(x, p),
+    ),
+    Op("square", "map", 1, True, NEVER, "x * x", numpy=lambda x, p: np.multiply(x, x)),
+    Op("reciprocal", "map", 1, True, ALWAYS, "1 / x", numpy=lambda x, p: np.true_divide(1, x)),
 )
 
 _BY_KEY: Mapping[tuple[str, str], Op] = MappingProxyType({(op.kind, op.name): op for op in OPS})
@@ -161,7 +196,7 @@ def lookup(kind: str, name: object) -> Op:
 
 
 def _is_integer(dtype: str) -> bool:
-    return dtype.startswith("int")
+    return dtype.startswith(("int", "uint"))
 
 
 def _is_complex(dtype: str) -> bool:
@@ -196,21 +231,56 @@ def check_map(fn: str, param: object = None) -> float | None:
         raise OperatorError(f"map {fn!r}: param {param!r} is not a number") from exc
 
 
+def map_param(param: float | None) -> int | float | None:
+    """A map's param as numpy sees it: an integer value is a Python int (``pow(x, 2.0)`` is ``x ** 2``, which
+    keeps an integer dtype; numpy 2 would promote for the float 2.0), anything else a float."""
+    if param is None or not math.isfinite(param) or param != int(param):
+        return param
+    return int(param)
+
+
 def map_dtype(fn: str, dtype: str, param: float | None = None) -> str:
-    """The dtype map ``fn`` computes in for input of ``dtype`` (integer input to a float-valued function is
-    promoted to float64, as numpy does); DTypeError where it is not defined for complex."""
+    """numpy's result dtype of map ``fn`` on ``dtype`` input (with ``param`` as ``map_param`` gives it),
+    found by running the map's numpy form on an empty array: exp of int8 is float16, abs of complex64 float32,
+    relu of uint64 uint64. It may be a dtype relations do not hold (float16, bool): a carrier computes it.
+
+    One deliberate difference: an integer to a negative integer power is float64 (numpy raises). Raises
+    DTypeError where numpy has no loop for the dtype (neg of bool, relu of complex) and RangeError for an
+    integer param the integer dtype cannot hold (numpy 2's OverflowError: ``scale(int8, 300)``).
+    """
     op = lookup("map", fn)
     if _is_complex(dtype) and not op.complex:
         raise DTypeError(f"map {fn!r} is not defined for complex dtype {dtype}")
-    if not _is_integer(dtype):
-        return dtype
-    if op.promotes == ALWAYS:
+    return _numpy_map_dtype(op.name, dtype, map_param(param))
+
+
+@functools.lru_cache(maxsize=1024)
+def _numpy_map_dtype(fn: str, dtype: str, p: int | float | None) -> str:
+    op = lookup("map", fn)
+    if op.promotes == NEGATIVE_OR_FRACTIONAL_PARAM and isinstance(p, int) and p < 0 and _is_integer(dtype):
         return "float64"
-    if param is not None and op.promotes in (FRACTIONAL_PARAM, NEGATIVE_OR_FRACTIONAL_PARAM):
-        fractional = not math.isfinite(param) or param != int(param)
-        if fractional or (op.promotes == NEGATIVE_OR_FRACTIONAL_PARAM and param < 0):
-            return "float64"
-    return dtype
+    assert op.numpy is not None
+    try:
+        with np.errstate(all="ignore"):
+            return op.numpy(np.zeros(0, dtype=dtype), p).dtype.name
+    except OverflowError as exc:
+        raise RangeError(
+            f"map {fn!r}: {op.param} {p!r} is out of range for dtype {dtype} (numpy: {exc}); "
+            f"cast the input to a wider dtype, or give a float {op.param}"
+        ) from exc
+    except TypeError as exc:
+        raise DTypeError(f"map {fn!r} is not defined for dtype {dtype} (numpy: {exc})") from exc
+
+
+def check_empty_reduction(agg: str, label: str, size: int) -> None:
+    """numpy's rule for a reduction over an empty axis: the identity is the result where the aggregation has
+    one (sum: 0, prod: 1); max and min have none and raise, as ``np.max`` over an empty axis does."""
+    op = lookup("agg", agg)
+    if size == 0 and op.empty is not None:
+        raise EinsumError(
+            f"agg={agg!r} reduces over label {label!r} of size 0 and has no identity (numpy: zero-size array "
+            f"to reduction operation {op.empty} which has no identity)"
+        )
 
 
 def agg_identity(agg: str, dtype: str | np.dtype) -> np.generic:

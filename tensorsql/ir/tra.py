@@ -19,7 +19,7 @@ class Schema:
     dtype: str
 
     def nblocks(self, label: str) -> int:
-        return -(-self.sizes[label] // self.blocks[label])
+        return max(1, -(-self.sizes[label] // self.blocks[label]))  # size 0: one empty block (blocking.grid)
 
 
 def positional(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> Schema:

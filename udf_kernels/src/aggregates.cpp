@@ -294,13 +294,21 @@ bool register_aggregates(duckdb_connection con, const std::shared_ptr<ThreadBudg
 	    make_aggregate(AggDef {"tensor_pack", {Ty::Varchar, Ty::BigInt, Ty::BigInt, Ty::BigInt},
 	                           state_init<PackState>, pack_update<int64_t>, pack_combine,
 	                           state_finalize<PackState>, state_destroy<PackState>});
+	// UBIGINT values: a uint64 tensor's values above 2**63 convert exactly (not through DOUBLE)
+	duckdb_aggregate_function pu =
+	    make_aggregate(AggDef {"tensor_pack", {Ty::Varchar, Ty::BigInt, Ty::UBigInt, Ty::BigInt},
+	                           state_init<PackState>, pack_update<uint64_t>, pack_combine,
+	                           state_finalize<PackState>, state_destroy<PackState>});
 	attach_budget(pd, budget);
 	attach_budget(pi, budget);
+	attach_budget(pu, budget);
 	ok = duckdb_add_aggregate_function_to_set(set, pd) == DuckDBSuccess &&
 	     duckdb_add_aggregate_function_to_set(set, pi) == DuckDBSuccess &&
+	     duckdb_add_aggregate_function_to_set(set, pu) == DuckDBSuccess &&
 	     duckdb_register_aggregate_function_set(con, set) == DuckDBSuccess;
 	duckdb_destroy_aggregate_function(&pd);
 	duckdb_destroy_aggregate_function(&pi);
+	duckdb_destroy_aggregate_function(&pu);
 	duckdb_destroy_aggregate_function_set(&set);
 	return ok;
 }

@@ -88,6 +88,61 @@ inline std::string quoted(const std::string &s) {
 	return "'" + s + "'";
 }
 
+// Length (1-4) of the well-formed UTF-8 sequence at s[i] (i < n), or 0 when the bytes there are not one: an
+// error message that quotes user text must be valid UTF-8, or the DuckDB client cannot decode it.
+inline size_t utf8_len(const char *s, size_t n, size_t i) {
+	const auto b = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+	const unsigned c = b(i);
+	if (c < 0x80) {
+		return 1;
+	}
+	size_t len;
+	unsigned lo = 0x80, hi = 0xBF; // the allowed range of the second byte (no overlong forms, no surrogates)
+	if (c >= 0xC2 && c <= 0xDF) {
+		len = 2;
+	} else if (c >= 0xE0 && c <= 0xEF) {
+		len = 3;
+		lo = c == 0xE0 ? 0xA0 : 0x80;
+		hi = c == 0xED ? 0x9F : 0xBF;
+	} else if (c >= 0xF0 && c <= 0xF4) {
+		len = 4;
+		lo = c == 0xF0 ? 0x90 : 0x80;
+		hi = c == 0xF4 ? 0x8F : 0xBF;
+	} else {
+		return 0;
+	}
+	if (i + len > n || b(i + 1) < lo || b(i + 1) > hi) {
+		return 0;
+	}
+	for (size_t k = 2; k < len; k++) {
+		if (b(i + k) < 0x80 || b(i + k) > 0xBF) {
+			return 0;
+		}
+	}
+	return len;
+}
+
+// s as valid UTF-8: each byte that does not begin a well-formed sequence becomes U+FFFD.
+inline std::string valid_utf8(const char *s, size_t n) {
+	std::string r;
+	r.reserve(n);
+	for (size_t i = 0; i < n;) {
+		const size_t len = utf8_len(s, n, i);
+		if (len == 0) {
+			r += "\xEF\xBF\xBD";
+			i++;
+		} else {
+			r.append(s + i, len);
+			i += len;
+		}
+	}
+	return r;
+}
+
+inline std::string valid_utf8(const std::string &s) {
+	return valid_utf8(s.data(), s.size());
+}
+
 inline std::string shape_str(const Shape &s) {
 	std::string r = "[";
 	for (size_t i = 0; i < s.size(); i++) {
@@ -111,6 +166,11 @@ struct Bytes {
 		return reinterpret_cast<const unsigned char *>(data);
 	}
 };
+
+// User text (a name or spec argument) quoted for an error message, as valid UTF-8.
+inline std::string quoted_text(const Bytes &b) {
+	return quoted(valid_utf8(b.data, b.size));
+}
 
 inline bool same_bytes(const Bytes &b, const std::string &s) {
 	return b.size == s.size() && (b.size == 0 || std::memcmp(b.data, s.data(), b.size) == 0);

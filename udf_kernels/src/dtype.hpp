@@ -9,42 +9,53 @@
 
 namespace tsk {
 
-enum class DType { F32, F64, I32, I64, C64, C128 };
-
 using c64 = std::complex<float>;
 using c128 = std::complex<double>;
 
-constexpr const char *kDTypeChoices = "float32, float64, int32, int64, complex64, complex128";
+// The element types: X(enum, C++ type, name). Order is the order names are listed in errors; the first six are
+// the original dtypes, the integer types after them are computed natively too (no wider carrier: uint64 above
+// 2**63, max/min/relu/abs and conversions need the real type, not its int64 bits).
+#define TSK_DTYPES(X)                                                                                                \
+	X(F32, float, "float32")                                                                                         \
+	X(F64, double, "float64")                                                                                        \
+	X(I32, int32_t, "int32")                                                                                         \
+	X(I64, int64_t, "int64")                                                                                         \
+	X(C64, c64, "complex64")                                                                                         \
+	X(C128, c128, "complex128")                                                                                      \
+	X(I8, int8_t, "int8")                                                                                            \
+	X(I16, int16_t, "int16")                                                                                         \
+	X(U8, uint8_t, "uint8")                                                                                          \
+	X(U16, uint16_t, "uint16")                                                                                       \
+	X(U32, uint32_t, "uint32")                                                                                       \
+	X(U64, uint64_t, "uint64")
+
+#define TSK_DTYPE_ENUM(E, T, NAME) E,
+enum class DType { TSK_DTYPES(TSK_DTYPE_ENUM) };
+#undef TSK_DTYPE_ENUM
+
+#define TSK_DTYPE_CHOICE(E, T, NAME) ", " NAME
+// "float32, float64, ..." (the leading ", " skipped)
+constexpr const char *kDTypeChoices = &(TSK_DTYPES(TSK_DTYPE_CHOICE))[2];
+#undef TSK_DTYPE_CHOICE
 
 inline const char *dtype_name(DType d) {
 	switch (d) {
-	case DType::F32:
-		return "float32";
-	case DType::F64:
-		return "float64";
-	case DType::I32:
-		return "int32";
-	case DType::I64:
-		return "int64";
-	case DType::C64:
-		return "complex64";
-	case DType::C128:
-		return "complex128";
+#define TSK_DTYPE_NAME(E, T, NAME)                                                                                   \
+	case DType::E:                                                                                                   \
+		return NAME;
+		TSK_DTYPES(TSK_DTYPE_NAME)
+#undef TSK_DTYPE_NAME
 	}
 	return "?";
 }
 
 inline size_t itemsize(DType d) {
 	switch (d) {
-	case DType::F32:
-	case DType::I32:
-		return 4;
-	case DType::F64:
-	case DType::I64:
-	case DType::C64:
-		return 8;
-	case DType::C128:
-		return 16;
+#define TSK_DTYPE_SIZE(E, T, NAME)                                                                                   \
+	case DType::E:                                                                                                   \
+		return sizeof(T);
+		TSK_DTYPES(TSK_DTYPE_SIZE)
+#undef TSK_DTYPE_SIZE
 	}
 	return 1;
 }
@@ -53,14 +64,18 @@ inline bool is_complex_dtype(DType d) {
 	return d == DType::C64 || d == DType::C128;
 }
 
+inline bool is_integer_dtype(DType d) {
+	return !is_complex_dtype(d) && d != DType::F32 && d != DType::F64;
+}
+
 inline DType parse_dtype(const Bytes &s, const char *fn, const char *arg = "dtype") {
-	static constexpr DType all[] = {DType::F32, DType::F64, DType::I32, DType::I64, DType::C64, DType::C128};
-	for (DType d : all) {
-		if (same_bytes(s, dtype_name(d))) {
-			return d;
-		}
+#define TSK_DTYPE_PARSE(E, T, NAME)                                                                                  \
+	if (same_bytes(s, NAME)) {                                                                                       \
+		return DType::E;                                                                                             \
 	}
-	fail(std::string(fn) + ": unknown " + arg + " '" + s.str() + "' (valid: " + kDTypeChoices + ")");
+	TSK_DTYPES(TSK_DTYPE_PARSE)
+#undef TSK_DTYPE_PARSE
+	fail(std::string(fn) + ": unknown " + arg + " " + quoted_text(s) + " (valid: " + kDTypeChoices + ")");
 }
 
 // A dtype argument parsed once per distinct string.
@@ -83,18 +98,11 @@ struct TypeTag {
 template <class F>
 decltype(auto) dispatch(DType d, F &&f) {
 	switch (d) {
-	case DType::F32:
-		return f(TypeTag<float> {});
-	case DType::F64:
-		return f(TypeTag<double> {});
-	case DType::I32:
-		return f(TypeTag<int32_t> {});
-	case DType::I64:
-		return f(TypeTag<int64_t> {});
-	case DType::C64:
-		return f(TypeTag<c64> {});
-	case DType::C128:
-		return f(TypeTag<c128> {});
+#define TSK_DTYPE_CASE(E, T, NAME)                                                                                   \
+	case DType::E:                                                                                                   \
+		return f(TypeTag<T> {});
+		TSK_DTYPES(TSK_DTYPE_CASE)
+#undef TSK_DTYPE_CASE
 	}
 	return f(TypeTag<double> {});
 }
@@ -108,19 +116,14 @@ constexpr bool is_complex_v = is_complex<T>::value;
 
 template <class T>
 constexpr const char *name_of() {
-	if constexpr (std::is_same_v<T, float>) {
-		return "float32";
-	} else if constexpr (std::is_same_v<T, double>) {
-		return "float64";
-	} else if constexpr (std::is_same_v<T, int32_t>) {
-		return "int32";
-	} else if constexpr (std::is_same_v<T, int64_t>) {
-		return "int64";
-	} else if constexpr (std::is_same_v<T, c64>) {
-		return "complex64";
-	} else {
-		return "complex128";
+#define TSK_DTYPE_NAME_OF(E, U, NAME)                                                                                \
+	if constexpr (std::is_same_v<T, U>) {                                                                            \
+		return NAME;                                                                                                 \
+	} else
+	TSK_DTYPES(TSK_DTYPE_NAME_OF) {
+		return "?";
 	}
+#undef TSK_DTYPE_NAME_OF
 }
 
 template <class T>
@@ -137,10 +140,15 @@ inline void store(unsigned char *p, T v) {
 
 // ---- wrapping integer arithmetic (numpy semantics, no signed-overflow UB) ----
 
+// The unsigned type integer arithmetic of T runs in: T's unsigned twin, widened to unsigned int for the 8- and
+// 16-bit types (which would otherwise promote to int, where uint16 * uint16 overflows: UB).
+template <class T>
+using uarith_t = std::common_type_t<std::make_unsigned_t<T>, unsigned>;
+
 template <class T>
 inline T wadd(T a, T b) {
 	if constexpr (std::is_integral_v<T>) {
-		using U = std::make_unsigned_t<T>;
+		using U = uarith_t<T>;
 		return static_cast<T>(static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
 	} else {
 		return a + b;
@@ -150,7 +158,7 @@ inline T wadd(T a, T b) {
 template <class T>
 inline T wsub(T a, T b) {
 	if constexpr (std::is_integral_v<T>) {
-		using U = std::make_unsigned_t<T>;
+		using U = uarith_t<T>;
 		return static_cast<T>(static_cast<U>(static_cast<U>(a) - static_cast<U>(b)));
 	} else {
 		return a - b;
@@ -160,7 +168,7 @@ inline T wsub(T a, T b) {
 template <class T>
 inline T wmul(T a, T b) {
 	if constexpr (std::is_integral_v<T>) {
-		using U = std::make_unsigned_t<T>;
+		using U = uarith_t<T>;
 		return static_cast<T>(static_cast<U>(static_cast<U>(a) * static_cast<U>(b)));
 	} else {
 		return a * b;
@@ -170,7 +178,7 @@ inline T wmul(T a, T b) {
 template <class T>
 inline T wneg(T a) {
 	if constexpr (std::is_integral_v<T>) {
-		using U = std::make_unsigned_t<T>;
+		using U = uarith_t<T>;
 		return static_cast<T>(static_cast<U>(U(0) - static_cast<U>(a)));
 	} else {
 		return -a;
@@ -184,8 +192,10 @@ inline T wdiv(T a, T b) {
 		if (b == 0) {
 			return 0;
 		}
-		if (b == -1) {
-			return wneg(a);
+		if constexpr (std::is_signed_v<T>) {
+			if (b == -1) {
+				return wneg(a);
+			}
 		}
 		return static_cast<T>(a / b);
 	} else {
@@ -193,14 +203,29 @@ inline T wdiv(T a, T b) {
 	}
 }
 
+// numpy's absolute: |x| in T (abs(MIN) wraps to MIN; unsigned values are their own absolute value).
 template <class T>
 inline T wabs(T a) {
 	if constexpr (std::is_integral_v<T>) {
-		return a < 0 ? wneg(a) : a;
+		if constexpr (std::is_signed_v<T>) {
+			return a < 0 ? wneg(a) : a;
+		} else {
+			return a;
+		}
 	} else if constexpr (is_complex_v<T>) {
 		return T(std::abs(a), 0);
 	} else {
 		return std::fabs(a);
+	}
+}
+
+// max(x, 0), NaN-propagating (numpy's maximum(x, 0)); the identity on unsigned types.
+template <class T>
+inline T relu_of(T v) {
+	if constexpr (std::is_unsigned_v<T>) {
+		return v;
+	} else {
+		return v < T(0) ? T(0) : v;
 	}
 }
 
@@ -244,19 +269,25 @@ struct real_of<std::complex<R>> {
 template <class T>
 using real_of_t = typename real_of<T>::type;
 
-// float -> integer: truncates toward zero; NaN gives 0; out-of-range values clamp to the type's limits.
+// float -> integer: truncates toward zero; NaN gives 0; values above the type's range clamp to its maximum, values
+// below it to its minimum, except that a negative value converted to an unsigned type wraps modulo 2**bits
+// through int64 (-1.0 -> 255 for uint8, as numpy's astype on x86-64).
 template <class I, class F>
 inline I float_to_int(F v) {
 	if (std::isnan(v)) {
 		return 0;
 	}
-	// 2^(digits) is exactly representable in every floating type.
-	const long double hi = std::ldexp(1.0L, std::numeric_limits<I>::digits);
 	const long double x = static_cast<long double>(v);
+	// 2^(digits) is exactly representable in every floating type (digits: value bits, 63 for int64, 64 for uint64)
+	const long double hi = std::ldexp(1.0L, std::numeric_limits<I>::digits);
 	if (x >= hi) {
 		return std::numeric_limits<I>::max();
 	}
-	if (x < -hi) {
+	if constexpr (std::is_unsigned_v<I>) {
+		if (x < 0) {
+			return static_cast<I>(static_cast<std::make_unsigned_t<int64_t>>(float_to_int<int64_t>(v)));
+		}
+	} else if (x < -hi) {
 		return std::numeric_limits<I>::min();
 	}
 	return static_cast<I>(v);
@@ -277,7 +308,7 @@ inline To convert(From v) {
 		return float_to_int<To>(v);
 	} else if constexpr (std::is_integral_v<To> && std::is_integral_v<From>) {
 		using U = std::make_unsigned_t<To>;
-		return static_cast<To>(static_cast<U>(v)); // wraps like numpy astype
+		return static_cast<To>(static_cast<U>(v)); // wraps like numpy astype (int64 <-> uint64: the same bits)
 	} else {
 		return static_cast<To>(v);
 	}

@@ -9,6 +9,7 @@
 #include "spec.hpp"
 #include "gemm.hpp"
 #include "agg_state.hpp"
+#include "pairwise.hpp"
 #include "permute.hpp"
 #include "pgemm.hpp"
 #include "sink.hpp"
@@ -21,6 +22,27 @@
 
 namespace tsk {
 namespace {
+
+// The A-reduction over the inner loops of J(x, y) (of x alone when !BIN) at output offsets (ox, oy); not empty.
+// A float or complex sum is summed pairwise (pairwise.hpp), like numpy's.
+template <class T, class J, class A, bool BIN>
+inline T reduce_inner(const Plan &p, const T *x, const T *y, int64_t ox, int64_t oy) {
+	const auto value = [&](int64_t a, int64_t b) {
+		if constexpr (BIN) {
+			return J::f(x[a], y[b]);
+		} else {
+			(void)b;
+			return x[a];
+		}
+	};
+	if constexpr (std::is_same_v<A, ASum> && kPairwise<T>) {
+		return pairwise_over<T>(p.inner.data(), p.inner.size(), ox, oy, value);
+	} else {
+		T acc = A::template identity<T>();
+		odometer(p.inner.data(), p.inner.size(), ox, oy, [&](int64_t a, int64_t b) { acc = A::f(acc, value(a, b)); });
+		return acc;
+	}
+}
 
 template <class T, class J, class A, bool BIN>
 void kernel(const Plan &p, const T *x, const T *y, T *z) {
@@ -43,16 +65,7 @@ void kernel(const Plan &p, const T *x, const T *y, T *z) {
 		return;
 	}
 	odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {
-		T acc = A::template identity<T>();
-		odometer(p.inner.data(), p.inner.size(), ox, oy, [&](int64_t a, int64_t b) {
-			if constexpr (BIN) {
-				acc = A::f(acc, J::f(x[a], y[b]));
-			} else {
-				(void)b;
-				acc = A::f(acc, x[a]);
-			}
-		});
-		*zp++ = acc;
+		*zp++ = A::f(A::template identity<T>(), reduce_inner<T, J, A, BIN>(p, x, y, ox, oy));
 	});
 }
 
@@ -70,17 +83,26 @@ void kernel_acc(const Plan &p, const T *x, const T *y, T *z) {
 				acc = A::f(acc, x[ox]);
 			}
 		} else {
-			odometer(p.inner.data(), p.inner.size(), ox, oy, [&](int64_t a, int64_t b) {
-				if constexpr (BIN) {
-					acc = A::f(acc, J::f(x[a], y[b]));
-				} else {
-					(void)b;
-					acc = A::f(acc, x[a]);
-				}
-			});
+			acc = A::f(acc, reduce_inner<T, J, A, BIN>(p, x, y, ox, oy));
 		}
 		*zp++ = acc;
 	});
+}
+
+// numpy's rule for a reduction over an empty label: the aggregation's identity where it has one (sum: 0, prod: 1);
+// max and min have none, and fail as numpy's do (on complex, they fail as undefined first).
+void check_empty_reduction(const Plan &p, Agg agg, DType dt, const char *fn) {
+	const char *np_name = agg_without_identity(agg);
+	if (np_name == nullptr || (is_complex_dtype(dt) && !agg_complex(agg))) {
+		return;
+	}
+	for (size_t i = 0; i < p.inner.size(); i++) {
+		if (p.inner[i].size == 0) {
+			fail(std::string(fn) + ": agg '" + agg_name(agg) + "' reduces over label '" + p.inner_labels[i] +
+			     "' of size 0 and has no identity (numpy: zero-size array to reduction operation " + np_name +
+			     " which has no identity)");
+		}
+	}
 }
 
 [[noreturn]] void not_for_complex(const char *fn, const char *what, const char *name, const char *dtype) {
@@ -172,10 +194,6 @@ namespace {
 
 bool gemm_dtype(DType) {
 	return true; // floats/complex via BLAS, integers via the native blocked loop
-}
-
-bool is_integer_dtype(DType d) {
-	return d == DType::I32 || d == DType::I64;
 }
 
 // Remembers the value built for the last (spec, shapes, dtype): shapes change only at ragged edges.
@@ -299,6 +317,7 @@ public:
 			return c_->out_shape;
 		}
 		plan_ = &plans_.get(*r.spec, args.xs(), args.ys(), r.dt, fn);
+		check_empty_reduction(*plan_, r.agg, r.dt, fn);
 		numel_ = plan_->out_numel;
 		return plan_->out_shape;
 	}
@@ -820,6 +839,7 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 				out_numel = c->out_numel;
 			} else {
 				plan = &plans.get(*r.spec, args.xs(), args.ys(), r.dt, FN);
+				check_empty_reduction(*plan, r.agg, r.dt, FN);
 				out_shape = &plan->out_shape;
 				out_numel = plan->out_numel;
 			}
@@ -1058,6 +1078,7 @@ void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 			x.read(row, dt, FN);
 			const Shape *shapes[] = {&x.shape, nullptr};
 			const Plan plan = make_plan(spec, shapes, names, itemsize(dt), FN);
+			check_empty_reduction(plan, agg, dt, FN);
 			const size_t out_bytes = plan.out_numel * itemsize(dt);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;

@@ -25,7 +25,11 @@ void tensor_numel(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 void tensor_itemsize(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_to_bigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_to_ubigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_from_bigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_from_ubigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_pin(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensorsql_kernels_version(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
@@ -51,7 +55,7 @@ void tensorsql_kernel_path(duckdb_function_info info, duckdb_data_chunk input, d
 namespace tsk {
 
 // SQL types used in signatures (register.cpp).
-enum class Ty { Varchar, Blob, BigInt, Integer, Double, Boolean, ListBigInt, ListDouble };
+enum class Ty { Varchar, Blob, BigInt, UBigInt, Integer, Double, Boolean, ListBigInt, ListUBigInt, ListDouble };
 
 // Owns a duckdb_logical_type for the duration of a registration call.
 class TypeHandle {

@@ -1,4 +1,5 @@
 #include "gemm.hpp"
+#include "pairwise.hpp"
 #include "pgemm.hpp"
 #include "permute.hpp"
 
@@ -350,10 +351,15 @@ const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf) {
 		permute_into(p.pack_outer.data(), p.pack_outer.size(), src, dst);
 	} else {
 		odometer(p.pack_outer.data(), p.pack_outer.size(), 0, 0, [&](int64_t o, int64_t) {
-			T acc = T(0);
-			odometer(p.pack_inner.data(), p.pack_inner.size(), o, 0,
-			         [&](int64_t a, int64_t) { acc = wadd(acc, src[a]); });
-			*d++ = acc;
+			if constexpr (kPairwise<T>) { // a private label summed away: pairwise, like any other sum
+				*d++ = pairwise_over<T>(p.pack_inner.data(), p.pack_inner.size(), o, 0,
+				                        [&](int64_t a, int64_t) { return src[a]; });
+			} else {
+				T acc = T(0);
+				odometer(p.pack_inner.data(), p.pack_inner.size(), o, 0,
+				         [&](int64_t a, int64_t) { acc = wadd(acc, src[a]); });
+				*d++ = acc;
+			}
 		});
 	}
 	return dst;
@@ -482,6 +488,7 @@ void gemm_raw(const Contraction &c, const T *a, const T *Bm, T *cc, int64_t m64,
 	} else {
 		// integers: cache-blocked i-k-j loop, wrapping arithmetic, unit-stride inner loop over B's and C's rows
 		using U = std::make_unsigned_t<T>;
+		using W = uarith_t<T>; // the product of two 16-bit values overflows int: multiply in unsigned int
 		constexpr int64_t KB = 128;
 		constexpr int64_t NB = 8192 / sizeof(T) * 4 / 4; // ~8 KiB of a C row and of each B row per pass
 		const int64_t sar = c.a.sr, sac = c.a.sc, sbr = c.b.sr, cr = ldc64;
@@ -504,7 +511,7 @@ void gemm_raw(const Contraction &c, const T *a, const T *Bm, T *cc, int64_t m64,
 						}
 						const U *brow = reinterpret_cast<const U *>(Bm + kk * sbr + j0);
 						for (int64_t j = 0; j < jn; j++) {
-							crow[j] = static_cast<U>(crow[j] + av * brow[j]);
+							crow[j] = static_cast<U>(static_cast<W>(crow[j]) + static_cast<W>(av) * static_cast<W>(brow[j]));
 						}
 					}
 				}
@@ -650,8 +657,8 @@ int gemm_threads_wanted(double flops, int total) {
 }
 
 template <class T>
-void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
-              GemmScratch &s, bool packed_out) {
+void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
+                     GemmScratch &s, bool packed_out) {
 	packed_out = packed_out && c.pack_c;
 	if (c.empty || c.nb * c.m * c.n == 0) {
 		if (!accumulate && c.out_numel) {
@@ -748,17 +755,17 @@ void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulat
 	}
 }
 
-template void contract<float>(const Contraction &, const float *, const float *, float *, bool, ThreadBudget *,
-                              GemmScratch &, bool);
-template void contract<double>(const Contraction &, const double *, const double *, double *, bool,
-                               ThreadBudget *, GemmScratch &, bool);
-template void contract<int32_t>(const Contraction &, const int32_t *, const int32_t *, int32_t *, bool,
-                                ThreadBudget *, GemmScratch &, bool);
-template void contract<int64_t>(const Contraction &, const int64_t *, const int64_t *, int64_t *, bool,
-                                ThreadBudget *, GemmScratch &, bool);
-template void contract<c64>(const Contraction &, const c64 *, const c64 *, c64 *, bool, ThreadBudget *,
-                            GemmScratch &, bool);
-template void contract<c128>(const Contraction &, const c128 *, const c128 *, c128 *, bool, ThreadBudget *,
-                             GemmScratch &, bool);
+#define TSK_CONTRACT(T)                                                                                              \
+	template void contract_native<T>(const Contraction &, const T *, const T *, T *, bool, ThreadBudget *,             \
+	                                 GemmScratch &, bool);
+TSK_CONTRACT(float)
+TSK_CONTRACT(double)
+TSK_CONTRACT(int8_t)
+TSK_CONTRACT(int16_t)
+TSK_CONTRACT(int32_t)
+TSK_CONTRACT(int64_t)
+TSK_CONTRACT(c64)
+TSK_CONTRACT(c128)
+#undef TSK_CONTRACT
 
 } // namespace tsk

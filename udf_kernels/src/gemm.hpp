@@ -287,8 +287,28 @@ struct GemmScratch {
 // when its Control (scratch.control, else the budget's) is cancelled, and then fails with the interrupted error.
 // It counts the flops it finished there.
 template <class T>
-void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
-              GemmScratch &scratch, bool packed_out = false);
+void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
+                     GemmScratch &scratch, bool packed_out = false);
+
+// The type a GEMM of T runs in: an unsigned integer type multiplies and adds as its signed twin (the same bits
+// under wrapping arithmetic, and the signed/unsigned variants of a type may alias), so the integer loop is
+// compiled once per width.
+template <class T, bool = std::is_integral_v<T>>
+struct gemm_twin {
+	using type = T;
+};
+template <class T>
+struct gemm_twin<T, true> {
+	using type = std::make_signed_t<T>;
+};
+
+template <class T>
+inline void contract(const Contraction &c, const T *x, const T *y, T *z, bool accumulate, ThreadBudget *budget,
+                     GemmScratch &scratch, bool packed_out = false) {
+	using G = typename gemm_twin<T>::type;
+	contract_native<G>(c, reinterpret_cast<const G *>(x), reinterpret_cast<const G *>(y), reinterpret_cast<G *>(z),
+	                   accumulate, budget, scratch, packed_out);
+}
 
 // How many threads `flops` of GEMM work is worth (at least 1, at most total); complex flops count 4x.
 int gemm_threads_wanted(double flops, int total);

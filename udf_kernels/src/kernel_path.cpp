@@ -52,7 +52,7 @@ bool parse_kernel_path(const char *value, KernelPath &out, std::string &error) {
 		out = KernelPath::Avx512;
 		return true;
 	}
-	error = std::string("tensorsql_kernels: invalid ") + kKernelPathEnv + "=" + quoted(value) + "; " + valid;
+	error = std::string("tensorsql_kernels: invalid ") + kKernelPathEnv + "=" + quoted(valid_utf8(value)) + "; " + valid;
 	return false;
 }
 

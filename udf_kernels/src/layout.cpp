@@ -161,8 +161,62 @@ void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 	});
 }
 
-void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
-	static constexpr const char *FN = "tensor_to_list";
+namespace {
+
+// The SQL list types a block converts to exactly: tensor_to_list (DOUBLE[]: the floats, and the integers of at
+// most 32 bits), tensor_to_bigint_list (BIGINT[]: every signed integer, and the unsigned ones of at most 32 bits)
+// and tensor_to_ubigint_list (UBIGINT[]: the unsigned integers). A DuckDB function has one return type whatever
+// its dtype argument says, so each list type is its own function, and each refuses a dtype some of whose
+// values it would change (int64 in DOUBLE[] would round 2**53 + 1) with the name of the one that fits.
+template <class L>
+struct ListKind;
+template <>
+struct ListKind<double> {
+	static constexpr const char *kFn = "tensor_to_list";
+	static constexpr const char *kType = "DOUBLE[]";
+	static bool exact(DType d) {
+		return !is_complex_dtype(d) && (!is_integer_dtype(d) || itemsize(d) <= 4);
+	}
+};
+template <>
+struct ListKind<int64_t> {
+	static constexpr const char *kFn = "tensor_to_bigint_list";
+	static constexpr const char *kType = "BIGINT[]";
+	static bool exact(DType d) {
+		return is_integer_dtype(d) && d != DType::U64;
+	}
+};
+template <>
+struct ListKind<uint64_t> {
+	static constexpr const char *kFn = "tensor_to_ubigint_list";
+	static constexpr const char *kType = "UBIGINT[]";
+	static bool exact(DType d) {
+		return d == DType::U8 || d == DType::U16 || d == DType::U32 || d == DType::U64;
+	}
+};
+
+// The list function that converts dtype d exactly (the first that does).
+const char *exact_list_function(DType d) {
+	if (ListKind<double>::exact(d)) {
+		return ListKind<double>::kFn;
+	}
+	return ListKind<int64_t>::exact(d) ? ListKind<int64_t>::kFn : ListKind<uint64_t>::kFn;
+}
+
+template <class L>
+void check_list_dtype(const char *fn, DType dt, const char *what) {
+	if (is_complex_dtype(dt)) {
+		fail(std::string(fn) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes " + what);
+	}
+	if (!ListKind<L>::exact(dt)) {
+		fail(std::string(fn) + ": dtype " + dtype_name(dt) + " does not convert exactly to " + ListKind<L>::kType +
+		     "; use " + exact_list_function(dt) + "(x, '" + dtype_name(dt) + "')");
+	}
+}
+
+template <class L>
+void to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	const char *FN = ListKind<L>::kFn;
 	guard_scalar(info, FN, [&] {
 		BlobCol x(input, 0);
 		DTypeCol dtype_c(input, 1);
@@ -174,19 +228,17 @@ void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 		for_each_row(input, all_valid(x, dtype_c), [&](idx_t row) {
 			const idx_t offset = duckdb_list_vector_get_size(output);
 			const DType dt = dtype_c.get(row, FN);
-			if (is_complex_dtype(dt)) {
-				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes convert to DOUBLE[]");
-			}
+			check_list_dtype<L>(FN, dt, "convert to a list");
 			const uint64_t n = x.read(row, dt, FN);
 			if (duckdb_list_vector_reserve(output, offset + n) != DuckDBSuccess) {
 				fail(std::string(FN) + ": could not reserve " + std::to_string(n) + " list elements");
 			}
-			double *child = static_cast<double *>(duckdb_vector_get_data(duckdb_list_vector_get_child(output)));
+			L *child = static_cast<L *>(duckdb_vector_get_data(duckdb_list_vector_get_child(output)));
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
 				if constexpr (!is_complex_v<T>) {
 					for (uint64_t i = 0; i < n; i++) {
-						child[offset + i] = static_cast<double>(load<T>(x.bytes.udata() + i * sizeof(T)));
+						child[offset + i] = static_cast<L>(load<T>(x.bytes.udata() + i * sizeof(T)));
 					}
 				}
 			});
@@ -196,12 +248,14 @@ void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 	});
 }
 
-void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+// tensor_from_list over a list of L (DOUBLE[], BIGINT[] or UBIGINT[]): each value converted as numpy's astype.
+template <class L>
+void from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_from_list";
 	guard_scalar(info, FN, [&] {
 		ListCol values_c(input, 0);
 		DTypeCol dtype_c(input, 1);
-		std::vector<double> values;
+		std::vector<L> values;
 		AlignedBuf zb;
 		scalar_rows(input, output, all_valid(values_c, dtype_c), [&](idx_t row) {
 			const DType dt = dtype_c.get(row, FN);
@@ -225,6 +279,32 @@ void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb
 	});
 }
 
+} // namespace
+
+void tensor_to_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	to_list<double>(info, input, output);
+}
+
+void tensor_to_bigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	to_list<int64_t>(info, input, output);
+}
+
+void tensor_to_ubigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	to_list<uint64_t>(info, input, output);
+}
+
+void tensor_from_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	from_list<double>(info, input, output);
+}
+
+void tensor_from_bigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	from_list<int64_t>(info, input, output);
+}
+
+void tensor_from_ubigint_list(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	from_list<uint64_t>(info, input, output);
+}
+
 void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_get";
 	guard_scalar(info, FN, [&] {
@@ -235,9 +315,7 @@ void tensor_get(duckdb_function_info info, duckdb_data_chunk input, duckdb_vecto
 		double *out = static_cast<double *>(duckdb_vector_get_data(output));
 		scalar_rows(input, output, all_valid(x, dtype_c, index_c), [&](idx_t row) {
 			const DType dt = dtype_c.get(row, FN);
-			if (is_complex_dtype(dt)) {
-				fail(std::string(FN) + ": dtype " + dtype_name(dt) + " is complex; only real dtypes return a DOUBLE");
-			}
+			check_list_dtype<double>(FN, dt, "return a DOUBLE");
 			x.read(row, dt, FN);
 			const Shape &shape = x.shape;
 			index_c.get(row, index, FN, "index");

@@ -4,8 +4,37 @@
 #include "ops.hpp"
 #include "rows.hpp"
 
+#include <cstdio>
+#include <cstdlib>
+
 namespace tsk {
 namespace {
+
+// A double for a message: an integer value as an integer ("300"), anything else in the shortest form that reads
+// back the same ("nan", "inf", "0.5").
+std::string number_str(double v) {
+	if (v == std::floor(v) && std::fabs(v) < 1e18) {
+		return std::to_string(static_cast<int64_t>(v));
+	}
+	char buf[32];
+	std::snprintf(buf, sizeof buf, "%.17g", v);
+	for (int prec = 1; prec < 17; prec++) {
+		char shorter[32];
+		std::snprintf(shorter, sizeof shorter, "%.*g", prec, v);
+		if (std::strtod(shorter, nullptr) == v) {
+			return shorter;
+		}
+	}
+	return buf;
+}
+
+// param is an integer that T holds exactly.
+template <class T>
+bool integer_in_range(double param) {
+	const double hi = std::ldexp(1.0, std::numeric_limits<T>::digits); // 2**63 for int64, 2**64 for uint64
+	const double lo = std::is_signed_v<T> ? -hi : 0.0;
+	return param == std::floor(param) && param >= lo && param < hi; // false for nan and +-inf
+}
 
 template <class T, class Op>
 void apply_all(const unsigned char *in, unsigned char *out, uint64_t n, Op op) {
@@ -31,16 +60,29 @@ void map_kernel(Fn f, const unsigned char *in, unsigned char *out, uint64_t n, b
 		} else {
 			MapParam<T> p;
 			if constexpr (std::is_integral_v<T>) {
-				p.value = convert<T>(param);
 				if constexpr ((M::kFlags & kMapIntExponent) != 0) {
 					if (!(param >= 0) || param != std::floor(param) || param > 1e18) {
-						fail(where + "on " + name_of<T>() + " needs an integer exponent >= 0, got " +
-						     std::to_string(param) + "; promote to a float dtype first");
+						fail(where + "on " + name_of<T>() + " needs an integer exponent >= 0, got " + number_str(param) +
+						     "; promote to a float dtype first");
 					}
 					p.exponent = static_cast<uint64_t>(param);
+				} else if constexpr ((M::kFlags & kMapParam) != 0) {
+					// an integer result needs an integer param the dtype holds (numpy 2: OverflowError for
+					// int8 * 300); anything else (0.5, nan, inf) has a float result: promote first
+					if (!integer_in_range<T>(param)) {
+						fail(where + "on " + name_of<T>() + " needs an integer " + M::kParamName + " in [" +
+						     std::to_string(std::numeric_limits<T>::min()) + ", " +
+						     std::to_string(std::numeric_limits<T>::max()) + "], got " + number_str(param) +
+						     "; promote to a float dtype first");
+					}
+					p.value = static_cast<T>(param);
 				}
 			} else {
 				p.real = static_cast<real_of_t<T>>(param);
+				if constexpr (is_complex_v<T> && (M::kFlags & kMapIntExponent) != 0) {
+					p.by_squaring = param == std::floor(param) && std::fabs(param) <= kSmallPower;
+					p.small_power = p.by_squaring ? static_cast<int>(param) : 0;
+				}
 			}
 			apply_all<T>(in, out, n, [p](T v) { return M::template f<T>(v, p); });
 		}

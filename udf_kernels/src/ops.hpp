@@ -30,12 +30,13 @@ namespace tsk {
 	X(Max, "max", false, nan_max(a, b))                                                                              \
 	X(Min, "min", false, nan_min(a, b))
 
-// Aggregations acc ⊕ v: X(Enum, "name", defined for complex, identity (type T), expression of acc and v).
+// Aggregations acc ⊕ v: X(Enum, "name", defined for complex, numpy's name when it has no identity over an empty
+// label (nullptr: it has one), identity (type T: the accumulator's start), expression of acc and v).
 #define TSK_AGGS(X)                                                                                                  \
-	X(Sum, "sum", true, T(0), wadd(acc, v))                                                                          \
-	X(Max, "max", false, lowest_value<T>(), nan_max(acc, v))                                                         \
-	X(Min, "min", false, highest_value<T>(), nan_min(acc, v))                                                        \
-	X(Prod, "prod", true, T(1), wmul(acc, v))
+	X(Sum, "sum", true, nullptr, T(0), wadd(acc, v))                                                                 \
+	X(Max, "max", false, "maximum", lowest_value<T>(), nan_max(acc, v))                                              \
+	X(Min, "min", false, "minimum", highest_value<T>(), nan_min(acc, v))                                             \
+	X(Prod, "prod", true, nullptr, T(1), wmul(acc, v))
 
 // Maps z = f(v): X(Enum, "name", flags (kMapComplex: defined for complex; kMapInteger: for int32/int64;
 // kMapParam: takes the param; kMapIntExponent: on integers the param must be an integer >= 0), expression of v
@@ -44,7 +45,7 @@ namespace tsk {
 	X(Exp, "exp", kMapComplex, T(std::exp(v)))                                                                       \
 	X(Log, "log", kMapComplex, T(std::log(v)))                                                                       \
 	X(Sqrt, "sqrt", kMapComplex, T(std::sqrt(v)))                                                                    \
-	X(Relu, "relu", kMapInteger, v < T(0) ? T(0) : v)                                                                \
+	X(Relu, "relu", kMapInteger, relu_of(v))                                                                         \
 	X(Neg, "neg", kMapComplex | kMapInteger, wneg(v))                                                                \
 	X(Abs, "abs", kMapComplex | kMapInteger, wabs(v))                                                                \
 	X(Pow, "pow", kMapComplex | kMapInteger | kMapParam | kMapIntExponent, param_pow(v, p))                          \
@@ -87,7 +88,13 @@ struct MapParam {
 	real_of_t<T> real = 0;  // as the real type (float/complex pow and scale)
 	T value = T(0);         // converted to T (integer scale; numpy astype semantics)
 	uint64_t exponent = 0;  // the validated integer exponent (integer pow)
+	int small_power = 0;    // complex pow: an integer exponent of magnitude <= kSmallPower, taken by squaring
+	bool by_squaring = false;
 };
+
+// numpy raises a complex number to an integer power of magnitude at most 100 by repeated squaring (exact-ish),
+// not through exp(p log z), whose error grows with |p log|z||.
+constexpr int kSmallPower = 100;
 
 // Integer power by squaring with wrapping arithmetic.
 template <class T>
@@ -107,6 +114,19 @@ template <class T>
 [[gnu::always_inline]] inline T param_pow(T v, const MapParam<T> &p) {
 	if constexpr (std::is_integral_v<T>) {
 		return ipow(v, p.exponent);
+	} else if constexpr (is_complex_v<T>) {
+		if (p.by_squaring) {
+			T r(1), base = v;
+			for (unsigned e = static_cast<unsigned>(p.small_power < 0 ? -p.small_power : p.small_power); e != 0;
+			     e >>= 1) {
+				if (e & 1u) {
+					r = r * base;
+				}
+				base = base * base;
+			}
+			return p.small_power < 0 ? T(1) / r : r;
+		}
+		return T(std::pow(v, p.real));
 	} else {
 		return T(std::pow(v, p.real));
 	}
@@ -151,7 +171,7 @@ TSK_JOINS(TSK_JOIN_FUNCTOR)
 #undef TSK_JOIN_FUNCTOR
 
 // A<Enum>: identity<T>() and acc = f(acc, v); kSql names its block aggregate (tensor_sum, ...).
-#define TSK_AGG_FUNCTOR(E, NAME, COMPLEX, IDENTITY, ...)                                                             \
+#define TSK_AGG_FUNCTOR(E, NAME, COMPLEX, EMPTY, IDENTITY, ...)                                                      \
 	struct A##E {                                                                                                    \
 		static constexpr const char *kName = NAME;                                                                   \
 		static constexpr const char *kSql = "tensor_" NAME;                                                          \
@@ -173,6 +193,7 @@ TSK_AGGS(TSK_AGG_FUNCTOR)
 	struct M##E {                                                                                                    \
 		static constexpr const char *kName = NAME;                                                                   \
 		static constexpr unsigned kFlags = FLAGS;                                                                    \
+		static constexpr const char *kParamName = ((FLAGS) & kMapIntExponent) != 0 ? "exponent" : "factor";         \
 		template <class T>                                                                                           \
 		static T f(T v, [[maybe_unused]] const MapParam<T> &p) {                                                     \
 			return __VA_ARGS__;                                                                                      \
@@ -201,7 +222,7 @@ E parse_named(const Bytes &s, const char *const (&names)[N], const char *fn, con
 			return static_cast<E>(i);
 		}
 	}
-	fail(std::string(fn) + ": unknown " + what + " '" + s.str() + "' (valid: " + name_list(names) + ")");
+	fail(std::string(fn) + ": unknown " + what + " " + quoted_text(s) + " (valid: " + name_list(names) + ")");
 }
 
 inline Join parse_join(const Bytes &s, const char *fn) {
@@ -222,6 +243,19 @@ inline const char *agg_name(Agg a) {
 }
 inline const char *fn_name(Fn f) {
 	return kFnNames[static_cast<size_t>(f)];
+}
+
+// numpy's name of aggregation a when a reduction over an empty label has no result ("zero-size array to
+// reduction operation maximum which has no identity"), nullptr when its identity is the result (sum: 0, prod: 1).
+inline const char *agg_without_identity(Agg a) {
+	switch (a) {
+#define TSK_AGG_EMPTY(E, NAME, COMPLEX, EMPTY, ...)                                                                  \
+	case Agg::E:                                                                                                     \
+		return EMPTY;
+		TSK_AGGS(TSK_AGG_EMPTY)
+#undef TSK_AGG_EMPTY
+	}
+	return nullptr;
 }
 
 inline bool agg_complex(Agg a) {

@@ -39,7 +39,7 @@ struct Program {
 
 int parse_index(const std::string &s, const std::string &where) {
 	if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos) {
-		fail(where + "operand " + quoted(s) + " is not a non-negative integer");
+		fail(where + "operand " + quoted(valid_utf8(s)) + " is not a non-negative integer");
 	}
 	return std::stoi(s);
 }
@@ -48,7 +48,7 @@ Program parse_program(const Bytes &b, int n_inputs, const char *fn) {
 	Program p;
 	p.n_inputs = n_inputs;
 	p.text = b.str();
-	const std::string where = std::string(fn) + ": bad program " + quoted(p.text) + ": ";
+	const std::string where = std::string(fn) + ": bad program " + quoted(valid_utf8(p.text)) + ": ";
 	if (n_inputs < 2) {
 		fail(where + "needs at least 2 input blocks, got " + std::to_string(n_inputs));
 	}
@@ -60,7 +60,7 @@ Program parse_program(const Bytes &b, int n_inputs, const char *fn) {
 		const size_t colon = step.find(':');
 		const size_t comma = step.find(',');
 		if (colon == std::string::npos || comma == std::string::npos || comma > colon) {
-			fail(where + "step " + quoted(step) + " is not 'i,j:spec'");
+			fail(where + "step " + quoted(valid_utf8(step)) + " is not 'i,j:spec'");
 		}
 		PathStep s;
 		s.x = parse_index(step.substr(0, comma), where);
@@ -175,7 +175,7 @@ public:
 				const PathStep &s = prog_->steps[k];
 				const Shape &xs = values_[static_cast<size_t>(s.x)].shape;
 				const Shape &ys = values_[static_cast<size_t>(s.y)].shape;
-				plans_.push_back(plan_contraction(s.spec, xs, ys, itemsize(dt_), is_integer(dt_), fn));
+				plans_.push_back(plan_contraction(s.spec, xs, ys, itemsize(dt_), is_integer_dtype(dt_), fn));
 				values_[static_cast<size_t>(n) + k].shape = plans_.back().out_shape;
 			}
 			plans_text_ = prog_->text;
@@ -226,10 +226,6 @@ public:
 	}
 
 private:
-	static bool is_integer(DType d) {
-		return d == DType::I32 || d == DType::I64;
-	}
-
 	Col prog_c_;
 	DTypeCol dtype_c_;
 	ListCol shapes_c_;

@@ -25,6 +25,9 @@ TypeHandle::TypeHandle(Ty t) {
 	case Ty::BigInt:
 		type_ = duckdb_create_logical_type(DUCKDB_TYPE_BIGINT);
 		return;
+	case Ty::UBigInt:
+		type_ = duckdb_create_logical_type(DUCKDB_TYPE_UBIGINT);
+		return;
 	case Ty::Integer:
 		type_ = duckdb_create_logical_type(DUCKDB_TYPE_INTEGER);
 		return;
@@ -35,9 +38,10 @@ TypeHandle::TypeHandle(Ty t) {
 		type_ = duckdb_create_logical_type(DUCKDB_TYPE_BOOLEAN);
 		return;
 	case Ty::ListBigInt:
+	case Ty::ListUBigInt:
 	case Ty::ListDouble: {
-		duckdb_logical_type child =
-		    duckdb_create_logical_type(t == Ty::ListBigInt ? DUCKDB_TYPE_BIGINT : DUCKDB_TYPE_DOUBLE);
+		duckdb_logical_type child = duckdb_create_logical_type(
+		    t == Ty::ListBigInt ? DUCKDB_TYPE_BIGINT : t == Ty::ListUBigInt ? DUCKDB_TYPE_UBIGINT : DUCKDB_TYPE_DOUBLE);
 		type_ = duckdb_create_list_type(child);
 		duckdb_destroy_logical_type(&child);
 		return;
@@ -106,6 +110,26 @@ bool register_sources(duckdb_connection con) {
 	return ok;
 }
 
+// tensor_from_list over DOUBLE[], BIGINT[] or UBIGINT[]: integer lists convert exactly (a BIGINT[] of int64
+// values does not pass through DOUBLE).
+bool register_from_list(duckdb_connection con) {
+	duckdb_scalar_function_set set = duckdb_create_scalar_function_set("tensor_from_list");
+	duckdb_scalar_function fs[] = {
+	    make_scalar("tensor_from_list", {Ty::ListDouble, Ty::Varchar}, Ty::Blob, tensor_from_list),
+	    make_scalar("tensor_from_list", {Ty::ListBigInt, Ty::Varchar}, Ty::Blob, tensor_from_bigint_list),
+	    make_scalar("tensor_from_list", {Ty::ListUBigInt, Ty::Varchar}, Ty::Blob, tensor_from_ubigint_list)};
+	bool ok = true;
+	for (auto &f : fs) {
+		ok = ok && duckdb_add_scalar_function_to_set(set, f) == DuckDBSuccess;
+	}
+	ok = ok && duckdb_register_scalar_function_set(con, set) == DuckDBSuccess;
+	for (auto &f : fs) {
+		duckdb_destroy_scalar_function(&f);
+	}
+	duckdb_destroy_scalar_function_set(&set);
+	return ok;
+}
+
 bool register_all(duckdb_connection con, KernelPath path) {
 	using T = Ty;
 	blas_single_threaded();
@@ -125,7 +149,8 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	ok = ok && add_scalar(con, "tensor_itemsize", {V}, T::Integer, tensor_itemsize);
 	ok = ok && add_scalar(con, "tensor_check", {B, V, L}, T::Boolean, tensor_check);
 	ok = ok && add_scalar(con, "tensor_to_list", {B, V}, T::ListDouble, tensor_to_list);
-	ok = ok && add_scalar(con, "tensor_from_list", {T::ListDouble, V}, B, tensor_from_list);
+	ok = ok && add_scalar(con, "tensor_to_bigint_list", {B, V}, T::ListBigInt, tensor_to_bigint_list);
+	ok = ok && add_scalar(con, "tensor_to_ubigint_list", {B, V}, T::ListUBigInt, tensor_to_ubigint_list);
 	ok = ok && add_scalar(con, "tensor_get", {B, V, L, L}, T::Double, tensor_get);
 	ok = ok && add_scalar(con, "tensorsql_kernels_version", {}, V, tensorsql_kernels_version);
 	ok = ok && add_scalar(con, "tensor_pin", {L}, L, tensor_pin, true);
@@ -144,7 +169,7 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	duckdb_destroy_scalar_function(&m3);
 	duckdb_destroy_scalar_function(&m4);
 	duckdb_destroy_scalar_function_set(&set);
-	ok = ok && register_sources(con);
+	ok = ok && register_sources(con) && register_from_list(con);
 	return ok && register_aggregates(con, budget);
 }
 

@@ -3,6 +3,17 @@
 namespace tsk {
 
 
+namespace {
+
+// The whole character (UTF-8 code point) whose first byte is s[k], for an error message: quoting one byte of a
+// multi-byte label would make the message invalid UTF-8. A byte that starts no valid sequence becomes U+FFFD.
+std::string char_at(const std::string &s, size_t k) {
+	const size_t len = utf8_len(s.data(), s.size(), k);
+	return len == 0 ? std::string("\xEF\xBF\xBD") : s.substr(k, len);
+}
+
+} // namespace
+
 Spec parse_spec(const Bytes &s, int n_inputs, const char *fn) {
 	Spec spec;
 	spec.n_inputs = n_inputs;
@@ -13,7 +24,7 @@ Spec parse_spec(const Bytes &s, int n_inputs, const char *fn) {
 			t += c;
 		}
 	}
-	const std::string where = std::string(fn) + ": bad spec " + quoted(spec.text) + ": ";
+	const std::string where = std::string(fn) + ": bad spec " + quoted(valid_utf8(spec.text)) + ": ";
 	size_t arrow = t.find("->");
 	if (arrow == std::string::npos || t.find("->", arrow + 2) != std::string::npos) {
 		fail(where + "expected exactly one '->' (e.g. " + (n_inputs == 2 ? "'ij,jk->ik'" : "'ij->ji'") + ")");
@@ -36,20 +47,22 @@ Spec parse_spec(const Bytes &s, int n_inputs, const char *fn) {
 	}
 	bool seen[kNumLabels] = {};
 	for (int i = 0; i < n_inputs; i++) {
-		for (char c : parts[static_cast<size_t>(i)]) {
-			int l = label_index(c);
+		const std::string &part = parts[static_cast<size_t>(i)];
+		for (size_t k = 0; k < part.size(); k++) {
+			int l = label_index(part[k]);
 			if (l < 0) {
-				fail(where + "invalid label " + quoted(std::string(1, c)) + " (labels are letters a-z, A-Z)");
+				fail(where + "invalid label " + quoted(char_at(part, k)) + " (labels are letters a-z, A-Z)");
 			}
 			seen[l] = true;
 		}
-		spec.inputs[i] = parts[static_cast<size_t>(i)];
+		spec.inputs[i] = part;
 	}
 	bool in_out[kNumLabels] = {};
-	for (char c : spec.output) {
+	for (size_t k = 0; k < spec.output.size(); k++) {
+		const char c = spec.output[k];
 		int l = label_index(c);
 		if (l < 0) {
-			fail(where + "invalid output label " + quoted(std::string(1, c)) + " (labels are letters a-z, A-Z)");
+			fail(where + "invalid output label " + quoted(char_at(spec.output, k)) + " (labels are letters a-z, A-Z)");
 		}
 		if (in_out[l]) {
 			fail(where + "output label " + quoted(std::string(1, c)) + " appears twice");
@@ -115,6 +128,7 @@ Plan make_plan(const Spec &spec, const Shape *const shapes[], const char *const 
 	for (int l : order) {
 		if (!in_out[l]) {
 			plan.inner.push_back(Loop {size[l], stride[0][l], stride[1][l]});
+			plan.inner_labels += label_char(l);
 		}
 	}
 	plan.out_numel = checked_numel(plan.out_shape, itemsize, fn, "output shape");

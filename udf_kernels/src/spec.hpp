@@ -9,6 +9,10 @@ namespace tsk {
 
 constexpr int kNumLabels = 52; // a-z, A-Z
 
+inline char label_char(int l) {
+	return static_cast<char>(l < 26 ? 'a' + l : 'A' + (l - 26));
+}
+
 inline int label_index(char c) {
 	if (c >= 'a' && c <= 'z') {
 		return c - 'a';
@@ -41,6 +45,7 @@ struct Loop {
 struct Plan {
 	std::vector<Loop> outer; // output labels, in output order (so the output is written sequentially)
 	std::vector<Loop> inner; // aggregated labels
+	std::string inner_labels; // their label letters, in the order of inner
 	Shape out_shape;
 	uint64_t out_numel = 0;
 };

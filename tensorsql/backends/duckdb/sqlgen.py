@@ -38,6 +38,8 @@ def col(alias: str, name: str) -> exp.Column:
 def lit(value: int | float | str) -> exp.Expression:
     if isinstance(value, str):
         return exp.Literal.string(value)
+    if isinstance(value, float) and not math.isfinite(value):  # 'nan', 'inf', '-inf': DuckDB's spelling
+        return exp.Cast(this=exp.Literal.string(str(value)), to=exp.DataType.build("DOUBLE"))
     if isinstance(value, int) and value < 0:
         return exp.Neg(this=exp.Literal.number(-value))
     return exp.Literal.number(value)
@@ -278,7 +280,7 @@ def corrupt_message(text: str) -> str | None:
         count = int(number)
     except (ValueError, KeyError, TypeError):
         return text[at:]
-    grid = [-(-n // b) for n, b in zip(shape, blocks, strict=True)]
+    grid = [max(1, -(-n // b)) for n, b in zip(shape, blocks, strict=True)]  # blocking.grid
     shown = "[" + ", ".join("NULL" if k is None else str(k) for k in key) + "]"
     head = f"{CORRUPT} {info['table']!r}: block" + (f" key {shown}" if rank else "")
     if info["check"] == "keys" and count > 1:

@@ -1,0 +1,105 @@
+// Pairwise summation of float and complex values, as numpy sums: the rounding error of a sum of n values grows as
+// O(log n) instead of O(n). A sequential sum of 10**6 float64 values had a relative error of ~1e-12 where numpy's
+// is ~1e-16.
+//
+// Values are summed in runs of at most kBlock with 8 interleaved accumulators (numpy's unrolled loop, which also
+// breaks the dependency chain of one accumulator); run sums are combined like a binary counter: a sum of 2**k runs
+// is only ever added to another sum of 2**k runs, so every value passes through O(log2(n / kBlock)) additions
+// after its run's ~kBlock / 8 + 3. Integer sums wrap exactly in any order and are summed directly.
+#pragma once
+
+#include "dtype.hpp"
+#include "spec.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tsk {
+
+template <class T>
+class PairwiseSum {
+public:
+	static constexpr size_t kBlock = 128;
+
+	// Adds value(a, b) for (a, b) = (a0 + t * sa, b0 + t * sb), t in [0, n): runs of up to kBlock summed straight
+	// from value (no copy), each as one block.
+	template <class F>
+	void add_run(int64_t n, int64_t a0, int64_t b0, int64_t sa, int64_t sb, F &&value) {
+		constexpr int64_t B = static_cast<int64_t>(kBlock);
+		for (int64_t t0 = 0; t0 < n; t0 += B) {
+			carry(run_sum(value, a0 + t0 * sa, b0 + t0 * sb, sa, sb, n - t0 < B ? n - t0 : B));
+		}
+	}
+
+	// The sum of the values added so far (their order of addition is fixed: the same values give the same bits).
+	T total() const {
+		T s = T(0);
+		for (uint64_t m = full_; m != 0; m &= m - 1) { // the occupied levels, smallest sums first
+			s = level_[__builtin_ctzll(m)] + s;
+		}
+		return s;
+	}
+
+private:
+	static constexpr int kLevels = 64;
+
+	// The sum of value(a + t * sa, b + t * sb), t in [0, m), with 8 interleaved accumulators.
+	template <class F>
+	static T run_sum(F &value, int64_t a, int64_t b, int64_t sa, int64_t sb, int64_t m) {
+		if (m < 8) {
+			T s = T(0);
+			for (int64_t i = 0; i < m; i++, a += sa, b += sb) {
+				s = s + value(a, b);
+			}
+			return s;
+		}
+		T r[8];
+		for (int j = 0; j < 8; j++, a += sa, b += sb) {
+			r[j] = value(a, b);
+		}
+		int64_t i = 8;
+		for (; i + 8 <= m; i += 8) {
+			for (int j = 0; j < 8; j++, a += sa, b += sb) {
+				r[j] = r[j] + value(a, b);
+			}
+		}
+		T s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+		for (; i < m; i++, a += sa, b += sb) {
+			s = s + value(a, b);
+		}
+		return s;
+	}
+	void carry(T s) {
+		int k = 0;
+		while ((full_ >> k) & 1u) {
+			s = level_[k] + s;
+			full_ &= ~(uint64_t(1) << k);
+			k++;
+		}
+		level_[k] = s;
+		full_ |= uint64_t(1) << k;
+	}
+
+	T level_[kLevels];
+	uint64_t full_ = 0; // bit k: level_[k] holds a sum of 2**k blocks
+};
+
+// The pairwise sum of value(a, b) over the loops L[0..n) (odometer order) from operand offsets (bx, by); the
+// innermost loop is summed in runs straight from the operands.
+template <class T, class F>
+T pairwise_over(const Loop *L, size_t n, int64_t bx, int64_t by, F &&value) {
+	PairwiseSum<T> sum;
+	if (n == 0) {
+		return value(bx, by);
+	}
+	const Loop &last = L[n - 1];
+	odometer(L, n - 1, bx, by,
+	         [&](int64_t ox, int64_t oy) { sum.add_run(last.size, ox, oy, last.sx, last.sy, value); });
+	return sum.total();
+}
+
+// Whether sums of T are summed pairwise (floats and complex; integers wrap exactly in any order).
+template <class T>
+constexpr bool kPairwise = !std::is_integral_v<T>;
+
+} // namespace tsk
