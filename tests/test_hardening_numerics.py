@@ -129,6 +129,16 @@ def test_relations_hold_every_integer_dtype(s, dtype):
 
 
 @pytest.mark.parametrize("dtype", INTS)
+def test_from_sql_builds_integer_relations_exactly(s, dtype):
+    x = extremes(dtype, 6, seed=13)
+    rows = ", ".join(f"({i}, {int(v)})" for i, v in enumerate(x))
+    rel = s.from_sql(f"SELECT * FROM (VALUES {rows}) t(i, v)", shape=(6,), block_shape=(4,), dtype=dtype)
+    got = rel.numpy()
+    assert got.dtype == np.dtype(dtype)
+    np.testing.assert_array_equal(got, x)
+
+
+@pytest.mark.parametrize("dtype", INTS)
 def test_sql_kernels_compute_in_the_integer_dtype(con, dtype):
     x = extremes(dtype, 6, seed=6)
     y = extremes(dtype, 6, seed=7)

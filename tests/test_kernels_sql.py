@@ -341,8 +341,7 @@ def test_shape_literals_and_integer_lists(con):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
 def test_list_roundtrip_and_get(scon, dtype):
-    # the dtypes whose values are all exactly DOUBLEs
-    # (int64: tensor_to_bigint_list, see test_hardening_numerics)
+    # dtypes whose values are all exactly DOUBLEs (int64: tensor_to_bigint_list, test_hardening_numerics)
     x = rand((2, 3), dtype, np.random.default_rng(1))
     got = scon.execute("SELECT tensor_to_list(?::BLOB, ?)", [blob(x), dtype]).fetchone()[0]
     np.testing.assert_array_equal(got, x.ravel().astype(np.float64))

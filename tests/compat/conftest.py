@@ -74,14 +74,7 @@ SKIPS: dict[str, dict[str, str]] = {
 
 #: stub module -> {test name: what tensorsql still lacks}; run as strict xfails, so a fix makes them fail
 #: until they are taken off this list
-XFAILS: dict[str, dict[str, str]] = {
-    "test_numpy_einsum.py": {
-        "test_einsum_chunking_precision": (
-            "summation accuracy: a 10**6-term float64 sum errs by 1.7e-12 (numpy: < 1e-15) until the kernels "
-            "sum pairwise (issue 13, its own item)"
-        ),
-    },
-}
+XFAILS: dict[str, dict[str, str]] = {}  # upstream tests expected to fail, with the reason (none now)
 
 #: stub module -> (test function -> keep 1 in N of its parametrized cases, chosen by a hash of the case id)
 SAMPLE: dict[str, dict[str, int]] = {

@@ -1,15 +1,12 @@
-// tensor_einsum (binary) and tensor_einsum1 (unary): generic extended einsum over one block pair.
-//
-// Z[lZ] = AGG over the labels not in lZ of JOIN(X[lX], Y[lY]). Every label gets a loop with a stride per
-// operand; the output labels form the outer loops (so Z is written in C order) and the aggregated labels the
-// inner loops, accumulated in a register. O(product of label sizes), no per-element allocation or parsing.
+// tensor_einsum (binary), tensor_einsum_agg (its fused aggregate) and tensor_einsum1 (unary): extended einsum over
+// block pairs, as GEMM for multiply/sum (gemm.hpp) and the generic strided loop otherwise (loop.hpp).
 #include "dtype.hpp"
 #include "functions.hpp"
 #include "ops.hpp"
 #include "spec.hpp"
 #include "gemm.hpp"
 #include "agg_state.hpp"
-#include "pairwise.hpp"
+#include "loop.hpp"
 #include "permute.hpp"
 #include "pgemm.hpp"
 #include "sink.hpp"
@@ -22,72 +19,6 @@
 
 namespace tsk {
 namespace {
-
-// The A-reduction over the inner loops of J(x, y) (of x alone when !BIN) at output offsets (ox, oy); not empty.
-// A float or complex sum is summed pairwise (pairwise.hpp), like numpy's.
-template <class T, class J, class A, bool BIN>
-inline T reduce_inner(const Plan &p, const T *x, const T *y, int64_t ox, int64_t oy) {
-	const auto value = [&](int64_t a, int64_t b) {
-		if constexpr (BIN) {
-			return J::f(x[a], y[b]);
-		} else {
-			(void)b;
-			return x[a];
-		}
-	};
-	if constexpr (std::is_same_v<A, ASum> && kPairwise<T>) {
-		return pairwise_over<T>(p.inner.data(), p.inner.size(), ox, oy, value);
-	} else {
-		T acc = A::template identity<T>();
-		odometer(p.inner.data(), p.inner.size(), ox, oy, [&](int64_t a, int64_t b) { acc = A::f(acc, value(a, b)); });
-		return acc;
-	}
-}
-
-template <class T, class J, class A, bool BIN>
-void kernel(const Plan &p, const T *x, const T *y, T *z) {
-	T *zp = z;
-	if constexpr (!BIN) {
-		if (p.inner.empty()) { // a unary einsum without reduction is a permutation (diagonals included)
-			permute_into(p.outer.data(), p.outer.size(), x, z);
-			return;
-		}
-	}
-	if (p.inner.empty()) { // nothing aggregated: the output is just the join
-		odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {
-			if constexpr (BIN) {
-				*zp++ = J::f(x[ox], y[oy]);
-			} else {
-				(void)oy;
-				*zp++ = x[ox];
-			}
-		});
-		return;
-	}
-	odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {
-		*zp++ = A::f(A::template identity<T>(), reduce_inner<T, J, A, BIN>(p, x, y, ox, oy));
-	});
-}
-
-// z[i] = A(z[i], A-reduction over the inner loops of J(x, y)): the fused form of tensor_<agg>(tensor_einsum(...)).
-template <class T, class J, class A, bool BIN>
-void kernel_acc(const Plan &p, const T *x, const T *y, T *z) {
-	T *zp = z;
-	odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {
-		T acc = *zp;
-		if (p.inner.empty()) {
-			if constexpr (BIN) {
-				acc = A::f(acc, J::f(x[ox], y[oy]));
-			} else {
-				(void)oy;
-				acc = A::f(acc, x[ox]);
-			}
-		} else {
-			acc = A::f(acc, reduce_inner<T, J, A, BIN>(p, x, y, ox, oy));
-		}
-		*zp++ = acc;
-	});
-}
 
 // numpy's rule for a reduction over an empty label: the aggregation's identity where it has one (sum: 0, prod: 1);
 // max and min have none, and fail as numpy's do (on complex, they fail as undefined first).
@@ -105,88 +36,6 @@ void check_empty_reduction(const Plan &p, Agg agg, DType dt, const char *fn) {
 	}
 }
 
-[[noreturn]] void not_for_complex(const char *fn, const char *what, const char *name, const char *dtype) {
-	fail(std::string(fn) + ": " + what + " '" + name + "' is not defined for complex (dtype " + dtype + ")");
-}
-
-template <class T, class J, class A, bool BIN, bool ACC>
-void kernel_any(const Plan &p, const T *x, const T *y, T *z) {
-	if constexpr (ACC) {
-		kernel_acc<T, J, A, BIN>(p, x, y, z);
-	} else {
-		kernel<T, J, A, BIN>(p, x, y, z);
-	}
-}
-
-template <class T, class J, bool BIN, bool ACC = false>
-void run_agg(Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	with_agg(agg, [&](auto tag) {
-		using A = decltype(tag);
-		if constexpr (is_complex_v<T> && !A::kComplex) {
-			not_for_complex(fn, "agg", A::kName, name_of<T>());
-		} else {
-			kernel_any<T, J, A, BIN, ACC>(p, x, y, z);
-		}
-	});
-}
-
-template <class T, bool ACC = false>
-void run_join(Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	with_join(join, [&](auto tag) {
-		using J = decltype(tag);
-		if constexpr (is_complex_v<T> && !J::kComplex) {
-			not_for_complex(fn, "join", J::kName, name_of<T>());
-		} else {
-			run_agg<T, J, true, ACC>(agg, p, x, y, z, fn);
-		}
-	});
-}
-
-// run_join with cancellation and progress (control.hpp): with a Control and over 2 * kLoopStep flops (as the
-// planner counts them: 2 per element pair), the output's outer loops run one prefix combination at a time, each
-// about kLoopStep, checking for cancellation in between. The same element order as one call, so the same result.
-constexpr double kLoopStep = 2.0e8;
-
-template <class T, bool ACC = false>
-void run_join_steps(Control *ctl, Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, const char *fn) {
-	double work = 2.0;
-	for (const auto *loops : {&p.outer, &p.inner}) {
-		for (const Loop &l : *loops) {
-			work *= static_cast<double>(l.size);
-		}
-	}
-	if (ctl == nullptr || work <= 2.0 * kLoopStep || p.outer.empty()) {
-		if (ctl != nullptr) {
-			ctl->announce(work);
-		}
-		run_join<T, ACC>(join, agg, p, x, y, z, fn);
-		if (ctl != nullptr) {
-			ctl->add(work);
-		}
-		return;
-	}
-	ctl->announce(work);
-	size_t d = 0;
-	double per = work;
-	while (d < p.outer.size() && per > kLoopStep) {
-		per /= static_cast<double>(p.outer[d].size);
-		d++;
-	}
-	Plan sub;
-	sub.outer.assign(p.outer.begin() + static_cast<std::ptrdiff_t>(d), p.outer.end());
-	sub.inner = p.inner;
-	int64_t zn = 1;
-	for (const Loop &l : sub.outer) {
-		zn *= l.size;
-	}
-	T *zp = z;
-	odometer(p.outer.data(), d, 0, 0, [&](int64_t ox, int64_t oy) {
-		ctl->check(fn);
-		run_join<T, ACC>(join, agg, sub, x + ox, y + oy, zp, fn);
-		zp += zn;
-		ctl->add(per);
-	});
-}
 
 } // namespace
 
@@ -333,7 +182,7 @@ public:
 		if (gemm_) {
 			contract<T>(*c_, x, y, z, false, budget_, scratch_);
 		} else {
-			run_join_steps<T>(control_of(budget_), r.join, r.agg, *plan_, x, y, z, fn);
+			run_join_steps<T>(control_of(budget_), r.join, r.agg, *plan_, x, y, z, false, fn);
 		}
 	}
 	// Scratch for an output that has no place of its own.
@@ -877,8 +726,8 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 					st->to_z();
 					const T *x = aligned_view<T>(r.xb, xa);
 					const T *y = aligned_view<T>(r.yb, ya);
-					run_join_steps<T, true>(control_of(budget), r.join, r.agg, *plan, x, y, st->buf.template as<T>(),
-					                        FN);
+					run_join_steps<T>(control_of(budget), r.join, r.agg, *plan, x, y, st->buf.template as<T>(), true,
+					                  FN);
 				}
 			});
 		});
@@ -1084,7 +933,7 @@ void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 				using T = typename decltype(tag)::type;
 				const T *xp = aligned_view<T>(x.bytes, xa);
 				T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
-				run_agg<T, JMul, false>(agg, plan, xp, xp, z, FN);
+				run_unary<T>(agg, plan, xp, z, FN);
 			});
 			charged.add(out_bytes, "the result blobs of a chunk");
 			set_blob(output, row, zb.data(), out_bytes);

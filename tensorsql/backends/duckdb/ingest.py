@@ -132,11 +132,14 @@ def blocks_from_rows(
         ext = sqlgen.extent(pos, f"k{d}", exp.Paren(this=k.copy()))
         local = exp.Mod(this=col("s", f"i{d}"), expression=lit(b))
         flat = exp.Add(this=exp.Mul(this=exp.Paren(this=flat), expression=ext), expression=local)
-    value_type = "BIGINT" if dtype.startswith("int") else "DOUBLE"
+    # integers exactly (a uint64 above 2**63 as UBIGINT), never through DOUBLE
+    value_type = "UBIGINT" if dtype.startswith("uint") else "BIGINT" if dtype.startswith("int") else "DOUBLE"
     keyed = exp.select(
         *keyed_cols,
         exp.alias_(exp.Cast(this=flat, to=exp.DataType.build("BIGINT")), ident("idx")),
-        exp.alias_(exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type)), ident("v")),
+        exp.alias_(
+            exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type, dialect="duckdb")), ident("v")
+        ),
     ).from_(_checked(parsed, shape, types).subquery("s"))
     numel: exp.Expression = lit(1)
     for d in range(r):
