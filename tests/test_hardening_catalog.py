@@ -419,3 +419,18 @@ def test_a_result_too_big_to_allocate_is_a_typed_memory_error():
     with pytest.raises(ts.OutOfMemoryError, match="cannot allocate the result") as info:
         _result_array((2**62, 4), "float64")
     assert isinstance(info.value, MemoryError)
+
+
+def test_sql_literals_refuse_anything_but_str_int_float():
+    """``sqlgen.lit`` never writes an object out raw (its ``str()`` could be SQL)."""
+    from tensorsql.backends.duckdb import sqlgen
+
+    class Hostile:
+        def __str__(self) -> str:
+            return "1; DROP TABLE victim; SELECT 1"
+
+    for bad in (Hostile(), True, None, b"1", [1]):
+        with pytest.raises(TypeError, match="a SQL literal must be a str, int or float"):
+            sqlgen.lit(bad)  # type: ignore[arg-type]
+    assert sqlgen.lit(np.int64(-3)).sql() == "-3" and sqlgen.lit(np.float32(0.5)).sql() == "0.5"
+    assert sqlgen.lit("it's").sql(dialect="duckdb") == "'it''s'"

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 from sqlglot import exp
 
 from tensorsql.dtypes import DTYPES
@@ -36,8 +37,13 @@ def col(alias: str, name: str) -> exp.Column:
 
 
 def lit(value: int | float | str) -> exp.Expression:
+    """A SQL literal of a str, int or float (numpy scalars included); anything else is refused, never written
+    out raw (sqlglot would print any object's ``str()`` as a number)."""
     if isinstance(value, str):
         return exp.Literal.string(value)
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise TypeError(f"a SQL literal must be a str, int or float, got {type(value).__name__}")
+    value = int(value) if isinstance(value, int | np.integer) else float(value)
     if isinstance(value, float) and not math.isfinite(value):  # 'nan', 'inf', '-inf': DuckDB's spelling
         return exp.Cast(this=exp.Literal.string(str(value)), to=exp.DataType.build("DOUBLE"))
     if isinstance(value, int) and value < 0:
