@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from numpy_ref import AGG_REF, JOIN_REF
 from tolerance import assert_close, assert_einsum_close, reduction_tolerance
 
 import tensorsql
@@ -147,17 +148,6 @@ def test_random_einsum_at_integer_extremes_and_empty_axes_matches_numpy(problem:
     _assert_matches_numpy(tensorsql.einsum(problem.subscripts, *ops), problem, ops)
 
 
-JOIN_REF = {
-    "multiply": np.multiply,
-    "add": np.add,
-    "subtract": np.subtract,
-    "divide": lambda x, y: np.true_divide(x.astype(np.float64), y.astype(np.float64)),
-    "sqdiff": lambda x, y: np.subtract(x, y) * np.subtract(x, y),
-    "absdiff": lambda x, y: np.abs(np.subtract(x, y)),
-    "max": np.maximum,
-    "min": np.minimum,
-}
-AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
 
 
 def extended_reference(subscripts: str, ops: list[np.ndarray], join: str, agg: str):

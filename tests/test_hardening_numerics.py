@@ -12,6 +12,7 @@ import math
 import duckdb
 import numpy as np
 import pytest
+from numpy_ref import AGG_REF, JOIN_REF
 from tolerance import assert_close, elementwise_tolerance, eps
 
 import tensorsql as ts
@@ -24,18 +25,6 @@ ALL = ["bool", *INTS, *FLOATS]
 #: the dtypes the kernels (and relations) hold
 KERNEL = [d for d in ALL if d not in ("bool", "float16")]
 
-#: numpy's form of each join and aggregation (a join on broadcast operands, an aggregation over axes)
-JOIN_REF = {
-    "multiply": np.multiply,
-    "add": np.add,
-    "subtract": np.subtract,
-    "divide": lambda x, y: np.true_divide(x.astype(np.float64), y.astype(np.float64)),
-    "sqdiff": lambda x, y: np.subtract(x, y) * np.subtract(x, y),
-    "absdiff": lambda x, y: np.abs(np.subtract(x, y)),
-    "max": np.maximum,
-    "min": np.minimum,
-}
-AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
 
 
 def _agg(agg: str, a: np.ndarray, axis=None) -> np.ndarray:

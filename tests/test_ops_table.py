@@ -18,6 +18,7 @@ import tensorsql as ts
 import udf_kernels
 from tensorsql.errors import DTypeError, OperatorError
 from tensorsql.ir import ops
+from udf_kernels import sink as udf_sink
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -47,20 +48,7 @@ MAP_REF = {
 }
 PARAMS = {"exponent": 3.0, "factor": 2.0}
 
-DTYPES = [
-    "float32",
-    "float64",
-    "int32",
-    "int64",
-    "complex64",
-    "complex128",
-    "int8",
-    "int16",
-    "uint8",
-    "uint16",
-    "uint32",
-    "uint64",
-]
+DTYPES = list(udf_sink.DTYPES)  # the kernels' dtypes
 
 
 def _is_int(dtype: str) -> bool:
