@@ -179,6 +179,8 @@ def capped_viable(einsum: EinSum, p: int, max_block: int | None) -> np.ndarray:
     if max_block is None:
         return base
     fit = base[block_elements(einsum, base) <= max_block]
+    if len(fit) == len(base):  # the cap removes nothing: the planner's own domain, as without a cap
+        return base
     if len(fit):
         return _frozen(_cheapest(einsum, fit))
     bounds = _label_bounds(einsum)

@@ -405,11 +405,18 @@ class ContractExpression:
             carrier = carrier_dtype(final)
             cast = [_to_carrier(a, final, carrier, f"operand {i}") for i, a in enumerate(full)]
             entry = _entry(s, self._call_args(cast), None, **self._kw)
-            found = self._entries[sig] = (entry, final, carrier, np.dtype(carrier))
-        entry, final, carrier, cdt = found
+            consts = {i: cast[i] for i in self._constants}  # cast once, like the plan
+            found = self._entries[sig] = (entry, final, carrier, final == np.dtype(carrier), consts)
+        entry, final, carrier, direct, consts = found
         out = _check_out(out, final, self._casting)
+        # an operand already in the result dtype, which the kernels compute in, goes as it is; any other is
+        # cast to the result dtype first (numpy's rounding, truthiness, wrap), then to the carrier
         cast = [
-            a if a.dtype == cdt else _to_carrier(a, final, carrier, f"operand {i}")
+            consts[i]
+            if i in consts
+            else a
+            if direct and a.dtype == final
+            else _to_carrier(a, final, carrier, f"operand {i}")
             for i, a in enumerate(full)
         ]
         res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]

@@ -32,7 +32,7 @@ MAX_RANK = 52
 #: block keys are INTEGER columns: blocks per dimension
 MAX_BLOCKS_PER_DIM = 2**31 - 1
 #: one block is one DuckDB BLOB (and the kernels' limit for a block)
-MAX_BLOCK_BYTES = 2**32 - 1
+MAX_BLOB_BYTES = 2**32 - 1
 #: the whole tensor must be addressable (numpy's limit on an array's bytes)
 MAX_TENSOR_BYTES = 2**63 - 1
 
@@ -110,17 +110,17 @@ def parse(
     if math.prod(shp) * size > MAX_TENSOR_BYTES:
         raise CatalogError(f"{where}: shape {list(shp)} of {dtype} is more than {MAX_TENSOR_BYTES} bytes")
     block_bytes = math.prod(min(b, max(n, 1)) for n, b in zip(shp, bs, strict=True)) * size
-    if block_bytes > MAX_BLOCK_BYTES:
+    if block_bytes > MAX_BLOB_BYTES:
         raise CatalogError(
             f"{where}: block_shape {list(bs)} of {dtype} is {block_bytes} bytes a block; a block is at most "
-            f"{MAX_BLOCK_BYTES} bytes"
+            f"{MAX_BLOB_BYTES} bytes"
         )
     return dtype, shp, bs
 
 
 __all__ = [
     "CATALOG",
-    "MAX_BLOCK_BYTES",
+    "MAX_BLOB_BYTES",
     "MAX_RANK",
     "RESERVED_PREFIX",
     "check_name",

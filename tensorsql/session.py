@@ -51,7 +51,7 @@ class Session:
 
     def __init__(self, executor: Executor, *, strategy: str = "eindecomp") -> None:
         self.executor = executor
-        self.strategy = planning.check_strategy(strategy)
+        self._strategy = planning.check_strategy(strategy)
         self.plans = PlanCache()
         self._reordered: weakref.WeakKeyDictionary[Plan, tuple[Plan, tuple[int, ...]] | None] = (
             weakref.WeakKeyDictionary()
@@ -59,6 +59,15 @@ class Session:
         #: write results straight into the returned array (result sinks); False: always through Arrow
         #: (``TENSORSQL_RESULT_SINK=0`` turns them off for new sessions)
         self.result_sink = os.environ.get("TENSORSQL_RESULT_SINK", "1").strip().lower() not in _OFF
+
+    @property
+    def strategy(self) -> str:
+        """The session's default blocking strategy (checked when set: a planner never sees an unknown one)."""
+        return self._strategy
+
+    @strategy.setter
+    def strategy(self, value: str) -> None:
+        self._strategy = planning.check_strategy(value)
 
     # -- the executor's facts ----------------------------------------------------------------------------
     @property
@@ -193,7 +202,8 @@ class Session:
         arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
         bs = resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
-        view = self.executor.upload(arrow.split(arr, bs, name, copy=copy))
+        table = arrow.split(arr, bs, name, copy=copy)
+        view = self.executor.upload(table, (arr.shape, bs, name), verified=True)  # valid as split
         return self._stored(view, arr.shape, bs, name, release=self.executor.release)
 
     def from_arrow(self, table: pa.Table) -> TensorRelation:
@@ -212,7 +222,7 @@ class Session:
                 f"from_arrow: a {len(shape)}-d tensor's table has columns {sorted(want)}, this one has "
                 f"{table.column_names}"
             )
-        view = self.executor.upload(table)
+        view = self.executor.upload(table, (shape, bs, dtype))
         return self._stored(view, shape, bs, dtype, release=self.executor.release)
 
     def table(self, name: str) -> TensorRelation:

@@ -357,3 +357,16 @@ def test_statements_go_with_their_plans(s):
         del expr
     gc.collect()
     assert len(s.executor._statements) == before
+
+
+def test_the_session_strategy_is_checked_when_set():
+    s = ts.connect()
+    try:
+        with pytest.raises(ts.PlanError, match="unknown strategy 'bogus'"):
+            s.strategy = "bogus"
+        assert s.strategy == "eindecomp"
+        s.strategy = "sqrt"
+        a, b = RNG.standard_normal((40, 30)), RNG.standard_normal((30, 20))
+        assert_einsum_close(s.einsum("ij,jk->ik", a, b).numpy(), "ij,jk->ik", a, b)
+    finally:
+        s.close()

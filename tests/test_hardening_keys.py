@@ -290,3 +290,11 @@ def test_tables_named_like_generated_ctes_are_read(s):
     for strategy in STRATEGIES:
         rel = s.einsum("ij,jk,kl->il", s.table("t0"), s.table("T1"), s.table("t2"), strategy=strategy)
         assert_einsum_close(rel.numpy(), "ij,jk,kl->il", a, b, c)
+
+
+def test_from_arrow_refuses_key_columns_that_are_not_integers(s):
+    t = s.from_numpy(np.ones((4, 4)), block_shape=(2, 2)).to_arrow()
+    for keys in (pa.array(["0", "0", "1", "1"]), pa.array([0.5, 0.0, 1.0, 1.0])):
+        bad = t.set_column(0, "k0", keys).replace_schema_metadata(t.schema.metadata)
+        with pytest.raises(ts.CorruptTableError, match=r"key column 'k0' has type .*, not an integer type"):
+            s.from_arrow(bad)

@@ -329,3 +329,22 @@ def test_dtype_casts_the_operands_as_numpy_does():
         ts.einsum("i,i->", x, x, dtype="e", casting="same_kind"),
         np.einsum("i,i->", x, x, dtype="e", casting="same_kind"),
     )
+
+
+def test_contract_expression_casts_to_dtype_first_on_every_call():
+    """``dtype=`` casts the operands first (numpy's truthiness, rounding) on the first call and every later
+    one, also when the kernels compute in a wider carrier."""
+    expr = ts.contract_expression("i,i->", (2,), (2,), dtype=bool, casting="unsafe")
+    x, y = np.array([1, -1]), np.array([1, 1])
+    want = np.einsum("i,i->", x, y, dtype=bool, casting="unsafe")
+    assert [expr(x, y) for _ in range(3)] == [want] * 3
+    half = ts.contract_expression("i,i->", (3,), (3,), dtype=np.float16, casting="same_kind")
+    a = np.array([1.0001, 2.0002, 3.0003], np.float32)
+    assert half(a, a) == np.einsum("i,i->", a, a, dtype=np.float16, casting="same_kind")
+
+
+def test_a_non_finite_memory_limit_is_a_type_error():
+    ops = [np.ones((2, 2))] * 3
+    for limit in (float("inf"), float("nan")):
+        with pytest.raises(ts.EinsumTypeError, match="memory limit must be a finite number"):
+            ts.einsum("ij,jk,kl->il", *ops, optimize=("greedy", limit))

@@ -23,19 +23,6 @@ def metadata(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -
     }
 
 
-def read_metadata(meta: dict[bytes, bytes]) -> tuple[tuple[int, ...], tuple[int, ...], str] | None:
-    """(shape, block_shape, dtype) from a table's tensorsql metadata; None when it has none or it does not
-    describe a tensor relation tensorsql can check (no error: the reads then check the table)."""
-    try:
-        shape = tuple(int(n) for n in json.loads(meta[b"tensorsql.shape"]))
-        block_shape = tuple(int(n) for n in json.loads(meta[b"tensorsql.block_shape"]))
-        dtype = meta[b"tensorsql.dtype"].decode()
-    except (KeyError, ValueError, TypeError, UnicodeDecodeError):
-        return None
-    ok = len(shape) == len(block_shape) and all(b > 0 for b in block_shape) and min(shape, default=0) >= 0
-    return (shape, block_shape, dtype) if ok and dtype in DTYPES else None
-
-
 def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     """A binary Arrow array over one contiguous byte buffer and its offsets, without copying either."""
     n = len(offsets) - 1
@@ -88,10 +75,6 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
     return pa.table(cols).replace_schema_metadata(metadata(shape, block_shape, dtype))
 
 
-def _grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
-    return grid(shape, block_shape)
-
-
 def _key_problem(
     table: pa.Table, rows: np.ndarray, shape: tuple[int, ...], block_shape: tuple[int, ...]
 ) -> tuple[str, tuple[int | None, ...], int] | None:
@@ -110,13 +93,13 @@ def _key_problem(
         return None
     idx = np.stack([table.column(f"k{d}").to_numpy(zero_copy_only=False)[rows] for d in range(r)])
     idx = idx.astype(np.int64)
-    grid = _grid(shape, block_shape)
-    outside = np.flatnonzero(np.any((idx < 0) | (idx >= np.array(grid, np.int64)[:, None]), axis=0))
+    g = grid(shape, block_shape)
+    outside = np.flatnonzero(np.any((idx < 0) | (idx >= np.array(g, np.int64)[:, None]), axis=0))
     if outside.size:
         return "outside", tuple(int(k) for k in idx[:, outside[0]]), 0
-    flat, counts = np.unique(np.ravel_multi_index(tuple(idx), grid), return_counts=True)
+    flat, counts = np.unique(np.ravel_multi_index(tuple(idx), g), return_counts=True)
     if counts.max() > 1:
-        key = tuple(int(k) for k in np.unravel_index(flat[np.argmax(counts)], grid))
+        key = tuple(int(k) for k in np.unravel_index(flat[np.argmax(counts)], g))
         return "repeated", key, int(counts.max())
     return None
 
@@ -130,19 +113,23 @@ def check_blocks(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int
     missing = [c for c in [*(f"k{d}" for d in range(r)), "tensor"] if c not in table.column_names]
     if missing:
         raise CorruptTableError(f"{what} has no column {missing[0]!r}")
+    for d in range(r):
+        kind = table.column(f"k{d}").type
+        if not pa.types.is_integer(kind):
+            raise CorruptTableError(f"{what}: its key column 'k{d}' has type {kind}, not an integer type")
     problem = _key_problem(table, np.ones(table.num_rows, dtype=bool), shape, block_shape)
     if problem is not None:
         kind, key, extra = problem
         text = {
             "null": "has a NULL key column",
-            "outside": f"lies outside its block grid {list(_grid(shape, block_shape))}",
+            "outside": f"lies outside its block grid {list(grid(shape, block_shape))}",
             "repeated": f"appears {extra} times",
         }[kind]
         raise CorruptTableError(f"{what}: block{' key ' + _shown(key) if r else ''} {text}")
     blobs = table.column("tensor")
-    if not table.num_rows or not (pa.types.is_binary(blobs.type) or pa.types.is_large_binary(blobs.type)):
-        if table.num_rows:
-            raise CorruptTableError(f"{what}: its tensor column has type {blobs.type}, not binary")
+    if not (pa.types.is_binary(blobs.type) or pa.types.is_large_binary(blobs.type)):
+        raise CorruptTableError(f"{what}: its tensor column has type {blobs.type}, not binary")
+    if not table.num_rows:
         return
     cols = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
     keys = np.stack(cols).astype(np.int64) if r else np.zeros((0, table.num_rows), np.int64)
@@ -183,16 +170,17 @@ def assemble(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ..
     """Blocks back into one array; absent keys (and NULL blocks) are zero blocks.
 
     Reads the blobs as numpy views of the Arrow buffers (no per-block bytes objects): each element is
-    copied once, into the result. The keys are checked first (``_present``): the result starts
-    uninitialised only when every block of the grid is there, once.
+    copied once, into the result. Unless the blobs are the array's bytes already (``_slab_view``), the keys
+    are checked first (``_present``): the result starts uninitialised only when every block of the grid is
+    there, once.
     """
     dt = DTYPES[dtype]
     r = len(shape)
     keys = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
-    present = _present(table, shape, block_shape)
-    view = _slab_view(table, keys, shape, block_shape, dt)
+    view = _slab_view(table, keys, shape, block_shape, dt)  # its conditions prove the keys whole, once each
     if view is not None:
         return view
+    present = _present(table, shape, block_shape)
     nblocks = math.prod(grid(shape, block_shape))
     out = np.empty(shape, dtype=dt) if present == nblocks else np.zeros(shape, dtype=dt)
     row0 = 0

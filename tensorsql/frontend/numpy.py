@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import operator
 from collections.abc import Sequence
 
@@ -88,6 +89,10 @@ def numpy_memory_limit(optimize: object) -> tuple[str, int] | None:
         and optimize[0] != "einsum_path"
         and isinstance(optimize[1], int | float)
     ):
+        if not math.isfinite(optimize[1]):
+            raise EinsumTypeError(
+                f"optimize={optimize!r}: the memory limit must be a finite number of elements"
+            )
         return optimize[0], int(optimize[1])
     return None
 

@@ -82,10 +82,15 @@ def resolve_block_shape(
     return tuple(min(v, max(n, 1)) for v, n in zip(vals, shape, strict=True))
 
 
+def nblocks(n: int, b: int) -> int:
+    """Blocks along a dimension of size ``n`` in blocks of ``b``. A dimension of size 0 has one block, of
+    extent 0: a zero-size tensor is a set of empty blocks, so a kernel still sees (and reduces over) its empty
+    labels: a product over an empty label is 1, not an absent (zero) block."""
+    return max(1, -(-n // b))
+
+
 def grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """Blocks per dimension. A dimension of size 0 has one block, of extent 0: a zero-size tensor is a set of
-    empty blocks, so a kernel still sees (and reduces over) its empty labels: a product over an empty label is
-    1, not an absent (zero) block."""
-    return tuple(max(1, -(-n // b)) for n, b in zip(shape, block_shape, strict=True))
+    """Blocks per dimension (``nblocks`` of each)."""
+    return tuple(nblocks(n, b) for n, b in zip(shape, block_shape, strict=True))
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tensorsql.ir import blocking
+
 
 @dataclass(frozen=True)
 class Schema:
@@ -19,7 +21,7 @@ class Schema:
     dtype: str
 
     def nblocks(self, label: str) -> int:
-        return max(1, -(-self.sizes[label] // self.blocks[label]))  # size 0: one empty block (blocking.grid)
+        return blocking.nblocks(self.sizes[label], self.blocks[label])
 
 
 def positional(shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> Schema:

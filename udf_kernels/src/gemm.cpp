@@ -551,7 +551,7 @@ void gemm_steps(const Contraction &c, const T *A, const T *Bm, T *C, int64_t m, 
 	if (kc < c.k || rc < m) {
 		try {
 			part = std::make_unique<Contraction>(c);
-		} catch (...) { // no memory for the copy: one step (this runs on pool workers, where nothing may throw)
+		} catch (...) { // no memory for the copy: one step, not cancellable (still the right result)
 		}
 	}
 	if (!part) {

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -85,7 +86,9 @@ public:
 	}
 
 	// Calls body(i) for every i in [0, n): i = 0 on the calling thread, the others on pool workers (or on the
-	// caller when no worker takes them first). Returns when all are done. body must not throw.
+	// caller when no worker takes them first). Returns when all are done; an exception of any body (an
+	// allocation refused by the memory budget, say) is caught where it ran and the first one rethrown here,
+	// once every body has returned (they share the caller's stack).
 	template <class F>
 	void run(int n, F &&body) {
 		if (n <= 1) {
@@ -110,7 +113,11 @@ public:
 		} else {
 			pool_cv_.notify_all();
 		}
-		body(0);
+		try {
+			body(0);
+		} catch (...) {
+			job.fail(std::current_exception());
+		}
 		// Run our own tasks that no worker has started yet, then wait for the rest.
 		while (true) {
 			Task t {nullptr, 0};
@@ -131,6 +138,9 @@ public:
 		}
 		std::unique_lock<std::mutex> lock(job.mu);
 		job.cv.wait(lock, [&job] { return job.pending == 0; });
+		if (job.error) {
+			std::rethrow_exception(job.error);
+		}
 	}
 
 private:
@@ -138,8 +148,15 @@ private:
 		void (*fn)(void *, int) = nullptr;
 		void *ctx = nullptr;
 		int pending = 0;
+		std::exception_ptr error; // the first body's exception (under mu)
 		std::mutex mu;
 		std::condition_variable cv;
+		void fail(std::exception_ptr e) {
+			std::lock_guard<std::mutex> lock(mu);
+			if (!error) {
+				error = std::move(e);
+			}
+		}
 	};
 	struct Task {
 		Job *job;
@@ -147,7 +164,11 @@ private:
 	};
 
 	static void execute(const Task &t) {
-		t.job->fn(t.job->ctx, t.index);
+		try {
+			t.job->fn(t.job->ctx, t.index);
+		} catch (...) {
+			t.job->fail(std::current_exception());
+		}
 		std::lock_guard<std::mutex> lock(t.job->mu);
 		if (--t.job->pending == 0) {
 			t.job->cv.notify_all();

@@ -8,6 +8,7 @@ reaches DuckDB as a bound parameter (``?``), never as SQL text.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections.abc import Sequence
 
@@ -17,6 +18,7 @@ from sqlglot import exp
 from tensorsql import metadata
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.duckdb.errors import wrap
+from tensorsql.backends.duckdb.ingest import INTEGRAL
 from tensorsql.backends.duckdb.sqlgen import ident, sql_text
 from tensorsql.errors import CatalogError, TableNotFoundError
 from tensorsql.metadata import CATALOG, fold
@@ -30,8 +32,8 @@ _COLUMNS = {
     "block_shape": "VARCHAR",
     "format_version": "INTEGER",
 }
-_INTEGER_TYPES = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER")
 
+log = logging.getLogger("tensorsql")
 Entry = CatalogEntry
 
 
@@ -110,7 +112,7 @@ def _catalog_exists(con: duckdb.DuckDBPyConnection, cols: Columns | None = None)
         return False
     spelling, cols = found
     ok = set(cols) == set(_COLUMNS) and all(
-        cols[c] == t or (t == "INTEGER" and cols[c] in _INTEGER_TYPES) for c, t in _COLUMNS.items()
+        cols[c] == t or (t == "INTEGER" and cols[c] in INTEGRAL) for c, t in _COLUMNS.items()
     )
     if not ok:
         have = ", ".join(f"{c} {t}" for c, t in cols.items())
@@ -185,7 +187,7 @@ def _check_table(e: Entry, found: tuple[str, dict[str, str]] | None) -> None:
             f"{list(e.shape)}) needs columns {', '.join(want) or '(no keys)'} and tensor BLOB; the table has "
             f"({have})"
         )
-    bad = [k for k in want if cols[k] not in _INTEGER_TYPES]
+    bad = [k for k in want if cols[k] not in INTEGRAL]
     if bad:
         raise CatalogError(f"table {spelling!r}: key column {bad[0]} is {cols[bad[0]]}, not an integer")
 
@@ -239,8 +241,17 @@ def remove(con: duckdb.DuckDBPyConnection, name: str) -> None:
             _rows(con, exp.delete(_table(), where=_eq("name", _param())), [row[0]], what=f"drop {name!r}")
         _rows(con, exp.Commit(), what=f"drop {name!r}")
     except BaseException:
-        _rows(con, exp.Rollback(), what=f"drop {name!r}")
+        rollback(con)
         raise
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Rolls back after a failed transaction, keeping the caller's error: a failed COMMIT has already ended
+    the transaction, and ROLLBACK would then raise one of its own."""
+    try:
+        con.execute(sql_text(exp.Rollback())).fetchall()
+    except duckdb.Error as exc:
+        log.debug("tensorsql: rollback after a failed transaction: %s", exc)
 
 
 class DuckDBCatalog:

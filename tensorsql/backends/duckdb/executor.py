@@ -39,7 +39,7 @@ from sqlglot import exp
 import udf_kernels
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
-from tensorsql.backends.duckdb import allocator, costs, ingest, longrun, memory, sqlgen, statements
+from tensorsql.backends.duckdb import allocator, catalog, costs, ingest, longrun, memory, sqlgen, statements
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.compile.plan import Plan
@@ -277,21 +277,23 @@ class DuckDBExecutor:
         return self.con
 
     # -- relations the engine holds ----------------------------------------------------------------------
-    def upload(self, table: pa.Table) -> str:
-        """Registers a blocked Arrow table as a view (DuckDB reads it in place); returns its name.
+    def upload(
+        self, table: pa.Table, layout: tuple[tuple[int, ...], tuple[int, ...], str], *, verified: bool = False
+    ) -> str:
+        """Registers a blocked Arrow table of ``layout`` (shape, block shape, dtype) as a view (DuckDB reads
+        it in place); returns its name.
 
-        A table with tensorsql's metadata is checked whole here (``arrow.check_blocks``: CorruptTableError for
-        a NULL, out-of-grid or repeated key, a blob of the wrong length): an Arrow table cannot change, so the
-        queries that read the view skip the checks every stored table gets (``sqlgen.checked``, ``guard``).
+        The table is checked whole here unless ``verified`` (``arrow.split`` made it): CorruptTableError for a
+        key column that is not integer, a NULL, out-of-grid or repeated key, a blob of the wrong length. An
+        Arrow table cannot change, so the queries that read the view skip the checks every stored table gets
+        (``sqlgen.checked``, ``guard``).
         """
-        known = arrow.read_metadata(table.schema.metadata or {})
-        if known is not None:
-            arrow.check_blocks(table, *known)
+        if not verified:
+            arrow.check_blocks(table, *layout)
         name = f"_ts_tmp_{next(_ids)}"
         with self._lock:
             self.con.register(name, table)
-            if known is not None:
-                self._views.add(name)
+            self._views.add(name)
         return name
 
     def release(self, name: str) -> None:
@@ -355,7 +357,7 @@ class DuckDBExecutor:
                     self.catalog.put(entry)
                     self.query(exp.Commit(), "commit")
                 except BaseException:
-                    self.con.execute("ROLLBACK").fetchall()
+                    catalog.rollback(self.con)
                     raise
                 return name
             except (KernelError, SQLExecutionError) as err:  # rolled back: a stored table to blame?

@@ -22,6 +22,7 @@ from sqlglot import exp
 
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import PlanError
+from tensorsql.ir import blocking
 from tensorsql.ir import tra as T
 from tensorsql.ir.ops import AGG_FUNCS
 
@@ -286,7 +287,7 @@ def corrupt_message(text: str) -> str | None:
         count = int(number)
     except (ValueError, KeyError, TypeError):
         return text[at:]
-    grid = [max(1, -(-n // b)) for n, b in zip(shape, blocks, strict=True)]  # blocking.grid
+    grid = list(blocking.grid(tuple(shape), tuple(blocks)))
     shown = "[" + ", ".join("NULL" if k is None else str(k) for k in key) + "]"
     head = f"{CORRUPT} {info['table']!r}: block" + (f" key {shown}" if rank else "")
     if info["check"] == "keys" and count > 1:
