@@ -129,7 +129,7 @@ class Session:
 
     def explain(self, plan: Plan) -> str:
         self.require_open("explain")
-        return explain(plan, self.executor.text(plan))
+        return explain(plan, self.executor.text(plan), self.executor.notes(plan))
 
     def value(
         self,

@@ -97,15 +97,18 @@ def _node_line(plan: Plan, node: E.Node, names: dict[E.Node, str]) -> str:
     return line
 
 
-def explain(plan: Plan, sql: str | None = None) -> str:
+def explain(plan: Plan, sql: str | None = None, notes: list[str] | None = None) -> str:
     """The plan whole: planner decisions, EinGraph, TRA plan (with the physical choices), and the SQL the
-    executor would run (``sql``, from the executor: the plan itself holds no engine text)."""
+    executor would run (``sql``, from the executor: the plan itself holds no engine text), with the
+    executor's ``notes`` on how it runs it (in waves under a memory limit, say)."""
     lines = ["== Plan ==", *describe(plan.info), "", "== EinGraph =="]
     names: dict[E.Node, str] = {}
     for node in E.topological(plan.root):
         names[node] = f"v{len(names)}"
         lines.append(_node_line(plan, node, names))
     lines += ["", "== TRA plan ==", T.render(plan.tra)]
+    if notes:
+        lines += ["", "== Execution ==", *notes]
     if sql is not None:
         lines += ["", "== SQL ==", sql]
     return "\n".join(lines)

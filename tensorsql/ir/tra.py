@@ -7,7 +7,7 @@ so each row's block shape follows from its keys: ``min(block, size - block * key
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from tensorsql.ir import blocking
 
@@ -147,6 +147,15 @@ class Fused(Rel):
     steps: tuple[tuple[int, int, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]
 
 
+@dataclass(frozen=True, eq=False)
+class Restrict(Rel):
+    """The child's rows whose keys lie in ``ranges`` ((key, first, last) block keys, inclusive): one wave of
+    a plan run in pieces under a memory limit (``backends.duckdb.waves``). Same schema as the child."""
+
+    child: Rel
+    ranges: tuple[tuple[str, int, int], ...]
+
+
 def inputs(rel: Rel) -> tuple[Rel, ...]:
     if isinstance(rel, Scan | Input):
         return ()
@@ -154,9 +163,25 @@ def inputs(rel: Rel) -> tuple[Rel, ...]:
         return rel.children
     if isinstance(rel, Join):
         return (rel.left, rel.right)
-    if isinstance(rel, Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional):
+    if isinstance(
+        rel, Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional | Restrict
+    ):
         return (rel.child,)
     raise TypeError(f"unhandled TRA node {type(rel).__name__}")
+
+
+def with_inputs(rel: Rel, new: tuple[Rel, ...]) -> Rel:
+    """``rel`` over ``new`` inputs (in ``inputs`` order); ``rel`` itself when they are the same nodes."""
+    old = inputs(rel)
+    if len(new) != len(old):
+        raise TypeError(f"{type(rel).__name__} takes {len(old)} inputs, got {len(new)}")
+    if all(a is b for a, b in zip(old, new, strict=True)):
+        return rel
+    if isinstance(rel, Fused):
+        return replace(rel, children=tuple(new))
+    if isinstance(rel, Join):
+        return replace(rel, left=new[0], right=new[1])
+    return replace(rel, child=new[0])
 
 
 def counted(rel: Rel) -> bool:
@@ -205,6 +230,8 @@ def render(rel: Rel) -> str:
         if isinstance(r, Repartition) and r.diagonal:
             tied = " ".join("=".join(s.keys[i] for i in g) for g in r.diagonal)
             return f"Repartition diagonal({tied}) {base}"
+        if isinstance(r, Restrict):
+            return f"Restrict {' '.join(f'{k}:{lo}..{hi}' for k, lo, hi in r.ranges)} {base}"
         if isinstance(r, Fused):
             steps = "; ".join(
                 f"{i},{j}:{','.join(x)}*{','.join(y)}->{','.join(z)}" for i, j, x, y, z in r.steps

@@ -42,6 +42,8 @@ from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.duckdb import allocator, catalog, costs, ingest, longrun, memory, sqlgen, statements
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
+from tensorsql.backends.duckdb.staged import StagedRun
+from tensorsql.compile import waves
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import (
@@ -65,6 +67,10 @@ SMALL_RESULT_BYTES = 1 << 18
 #: one-block array operands up to this many bytes are lent through a slot (one copy into a DuckDB blob);
 #: bigger ones are registered as Arrow views, which DuckDB reads in place
 SLOT_BYTES = 1 << 20
+
+#: memory DuckDB needs besides the blocks of a query (measured: a few MiB), and the least wave budget
+_DUCKDB_RESERVE = 4 << 20
+_MIN_WAVE_BYTES = 1 << 18
 
 _ids = itertools.count()
 _T = TypeVar("_T")
@@ -96,6 +102,8 @@ class _Statement:
     lane: bool = False
     #: what a failed run executes to find a corrupted stored table (``sqlgen.diagnosis``), made on first use
     diagnosis: list[str] | None = None
+    #: the plan holds more than the wave budget at once: it runs in waves (``staged``)
+    staged: bool = False
 
 
 class DuckDBKernels:
@@ -176,6 +184,8 @@ class DuckDBExecutor:
         self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
         #: uploaded views, checked whole when uploaded (immutable Arrow tables: reads skip the checks)
         self._views: set[str] = set()
+        #: the stage tables of a run in waves (``staged``), ours: reads skip the checks
+        self._stages: set[str] = set()
         #: sinks and slots: None until checked once against this connection
         self._sinks: bool | None = None
         self._slots: bool | None = None
@@ -335,24 +345,31 @@ class DuckDBExecutor:
         st = self._statement(plan)
         with self._lock:
             self._bind(st, plan, bindings)
+            what = "materialize" if temporary else f"save {name!r}"
             try:
-                ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
                 props = exp.Properties(expressions=[exp.TemporaryProperty()]) if temporary else None
-                create = exp.Create(
-                    this=exp.Table(this=sqlgen.ident(name)),
-                    kind="TABLE",
-                    expression=ast,
-                    replace=replace,
-                    properties=props,
-                )
-                text = sqlgen.sql_text(create)
-                what = "materialize" if temporary else f"save {name!r}"
+
+                def create(query: exp.Query) -> exp.Create:
+                    table = exp.Table(this=sqlgen.ident(name))
+                    return exp.Create(this=table, kind="TABLE", expression=query, replace=replace, properties=props)
+
+                def fill() -> None:
+                    if not st.staged:
+                        ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
+                        self.query(create(ast), what)
+                        return
+                    with self._staged(st, plan) as run:
+                        try:
+                            run.create(plan.tra, create, name)
+                        except duckdb.Error as exc:
+                            raise wrap(exc, what) from exc
+
                 if temporary:
-                    self._run(st, lambda: self.query(text, what))
+                    self._run(st, fill)
                     return name
                 self.query(exp.Transaction(), "begin")
                 try:
-                    self._run(st, lambda: self.query(text, what))
+                    self._run(st, fill)
                     entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
                     self.catalog.put(entry)
                     self.query(exp.Commit(), "commit")
@@ -426,6 +443,9 @@ class DuckDBExecutor:
         with self._lock:
             self._bind(st, plan, bindings)
             try:
+                if st.staged:
+                    with self._staged(st, plan) as run:
+                        return self._run(st, lambda: run.arrow(plan.tra, _arrow_batch_rows(plan)))
                 if not small:
                     rows = _arrow_batch_rows(plan)
                     return self._run(st, lambda: self.con.sql(text).to_arrow_table(batch_size=rows))
@@ -477,7 +497,11 @@ class DuckDBExecutor:
                     sink.set(out, writable=True)
                 except ValueError:  # an array the kernels cannot hold: the caller goes through Arrow
                     return False
-                _blocks, elements = self._run(st, lambda: self._run_sink(st, plan))
+                if st.staged:
+                    with self._staged(st, plan) as run:
+                        _blocks, elements = self._run(st, lambda: run.sink(plan.tra, sink.key))
+                else:
+                    _blocks, elements = self._run(st, lambda: self._run_sink(st, plan))
             except duckdb.Error as exc:
                 raise self._failed(exc, "einsum", self._diagnosis(st, plan)) from exc
             finally:
@@ -547,8 +571,31 @@ class DuckDBExecutor:
         return st.text["sink"]
 
     def _must_check(self, scan: T.Scan) -> bool:
-        """Whether a statement checks a stored table it reads: any but a view checked when uploaded."""
-        return scan.table not in self._views
+        """Whether a statement checks a stored table it reads: any but a view checked when uploaded and the
+        stage tables of a run in waves."""
+        return scan.table not in self._views and scan.table not in self._stages
+
+    @property
+    def wave_budget(self) -> int:
+        """Bytes of blocks one query may read and make before its plan runs in waves (``compile.waves``): a
+        quarter of what the memory limit leaves after DuckDB's own few MiB. DuckDB copies the blobs of a
+        chunk (or a hash table's build side) into an arena that grows in powers of two, so S bytes of blocks
+        can take 2S; measured: 18.9 MB read as one chunk failed under 32 MiB, asking for a 16 MiB piece."""
+        return max(_MIN_WAVE_BYTES, (self.memory_limit - _DUCKDB_RESERVE) // 4)
+
+    def notes(self, plan: Plan) -> list[str]:
+        """How the plan runs, beyond its SQL: in waves when it holds more than the wave budget."""
+        if not self._statement(plan).staged:
+            return []
+        held = waves.footprint(plan.tra)
+        return [
+            f"runs in waves: its blocks come to ~{held:,} bytes at once, over the wave budget of "
+            f"{self.wave_budget:,} bytes (a quarter of memory_limit); each aggregation is stored by queries over "
+            "ranges of its keys, then the result is made in ranges of its keys (README 'Memory')"
+        ]
+
+    def _staged(self, st: _Statement, plan: Plan) -> StagedRun:
+        return StagedRun(self.con, self._binder(st, plan), self._must_check, self.wave_budget, self._stages)
 
     def _diagnosis(self, st: _Statement, plan: Plan) -> list[str]:
         """The texts of ``sqlgen.diagnosis`` for the plan (made once)."""
@@ -613,6 +660,7 @@ class DuckDBExecutor:
         st.bound = [None] * len(views)
         st.wants = [(op.shape, DTYPES[op.dtype]) for op in plan.operands]
         st.long = longrun.is_long(st.work[1], self._workers)
+        st.staged = waves.footprint(plan.tra) > self.wave_budget
         self._statements[plan] = st
         names = [v for v in views if v is not None]
         if names:  # views kept registered between a relation's runs go with its plan

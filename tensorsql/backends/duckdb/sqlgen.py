@@ -472,6 +472,11 @@ class _Builder:
         if inline is not None:
             labels = rel.labels if isinstance(rel, T.Relabel) else rel.schema.keys
             return Src(None, {lab: _zero() for lab in labels}, [], alias, value=inline.tensor)
+        if isinstance(rel, T.Restrict):
+            inner = self.src(rel.child, alias)
+            if inner.table is not None:
+                inner.table = _within(inner.table, alias, {k: inner.cols[k] for k, _, _ in rel.ranges}, rel)
+            return inner
         if isinstance(rel, T.Relabel):
             cols: dict[str, exp.Expression] = {}
             where: list[exp.Expression] = []
@@ -480,7 +485,12 @@ class _Builder:
                     where.append(exp.EQ(this=cols[lab].copy(), expression=col(alias, pos)))
                 else:
                     cols[lab] = col(alias, pos)
-            return Src(table(self.ref(rel.child), alias), cols, where, alias)
+            child = rel.child
+            if isinstance(child, T.Restrict):  # read the restricted rows straight from the child's child
+                source = table(self.ref(child.child), alias)
+                keys = {k: col(alias, k) for k, _, _ in child.ranges}
+                return Src(_within(source, alias, keys, child), cols, where, alias)
+            return Src(table(self.ref(child), alias), cols, where, alias)
         return Src(table(self.ref(rel), alias), {k: col(alias, k) for k in rel.schema.keys}, [], alias)
 
     def read(self, rel: T.Rel, alias: str) -> exp.Expression:
@@ -503,6 +513,10 @@ class _Builder:
             return self.aggregate(rel)
         if isinstance(rel, T.Repartition):
             return self.repartition(rel)
+        if isinstance(rel, T.Restrict):  # a stored table's blocks checked as they pass (``read``)
+            sc = self.src(rel, "c")
+            tensor = self.read(rel.child, "c") if sc.value is None else sc.tensor()
+            return self.finish(Row(_from(sc), sc.cols, tensor))
         return self.finish(self.row(rel))
 
     @staticmethod
@@ -536,7 +550,7 @@ class _Builder:
             return Row(q, keys, tensor)
         child: T.Rel = rel.child  # type: ignore[attr-defined]
         c = child.schema
-        if isinstance(rel, T.Relabel):
+        if isinstance(rel, T.Relabel | T.Restrict):
             sc = self.src(rel, "c")
             return Row(_from(sc), sc.cols, sc.tensor())
         sc = self.src(child, "c")
@@ -618,6 +632,9 @@ class _Builder:
         if isinstance(rel, T.Scan) or (isinstance(rel, T.Relabel) and isinstance(rel.child, T.Scan)):
             count = exp.select(exp.Count(this=exp.Star())).from_(exp.Table(this=src.table.this.copy()))
             return exp.Subquery(this=count)
+        if isinstance(rel, T.Restrict) or (isinstance(rel, T.Relabel) and isinstance(rel.child, T.Restrict)):
+            # one wave of a plan run in pieces: the rows its key ranges keep
+            return exp.Subquery(this=exp.select(exp.Count(this=exp.Star())).from_(src.table.copy()))
         return lit(math.prod(rel.schema.nblocks(k) for k in rel.schema.keys))
 
     def aggregate(self, rel: T.Aggregate, rename: dict[str, str] | None = None) -> exp.Select:
@@ -711,6 +728,18 @@ class _Builder:
         )
         tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
         return self.finish(Row(q, keys, tensor), group=True)
+
+
+def _within(
+    source: exp.Table | exp.Subquery, alias: str, keys: dict[str, exp.Expression], rel: T.Restrict
+) -> exp.Subquery:
+    """``(SELECT * FROM source WHERE key BETWEEN first AND last ...) AS alias``: the filter sits right on the
+    source, where DuckDB pushes it into the table scan (only the kept rows' blocks are read) before any
+    volatile projection (``_pin``) could stop it."""
+    q = exp.select(exp.Star()).from_(source)
+    for k, lo, hi in rel.ranges:
+        q = q.where(exp.Between(this=keys[k].copy(), low=lit(lo), high=lit(hi)), copy=False)
+    return exp.Subquery(this=q, alias=exp.TableAlias(this=ident(alias)))
 
 
 #: the target-key columns a repartition adds to its source rows (never a key label: those are k0, k1, ...)

@@ -1,0 +1,191 @@
+"""Running a plan in waves that fit a memory budget: how much a query holds, and how to cut it.
+
+DuckDB runs a query 2048 rows at a time, and a row is a block: a table of fewer than 2048 blocks is held
+whole by the scan that reads it, and a hash join holds its whole build side, blobs included (its external
+mode does not bring tensor-sized rows under the limit). Measured on a file database under a 48 MB limit:
+joining two 36 MB tables fails, and so does joining all of one with a quarter of the other; joining half
+of each works. So a plan whose tensors together pass the budget runs in *waves*: each wave keeps only the
+blocks whose keys lie in one range per cut label (``T.Restrict``, a filter DuckDB pushes into the scan),
+and the waves' results together are the plan's result.
+
+- A cut along a label the step keeps (an output label) splits its result into disjoint pieces.
+- A cut along a label an aggregation sums away gives partial results: they are stored, then combined by
+  an aggregation of their own (every ``agg`` is associative and commutative), itself run in waves.
+- A plan of several steps is run step by step (``Aggregate`` nodes become stored relations) so each query
+  holds one step's inputs.
+
+This module only rewrites TRA (node -> node) and estimates bytes; the executor runs the waves.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterator, Mapping
+
+from tensorsql.dtypes import DTYPES
+from tensorsql.ir import tra as T
+
+#: block-key ranges per label: (first, last), inclusive
+Ranges = Mapping[str, tuple[int, int]]
+
+
+def _block_bytes(schema: T.Schema) -> int:
+    dims = [min(schema.blocks[lab], schema.sizes[lab]) for lab in schema.blob]
+    return math.prod(dims) * DTYPES[schema.dtype].itemsize
+
+
+def _rows(schema: T.Schema, ranges: Ranges) -> int:
+    n = 1
+    for k in schema.keys:
+        lo, hi = ranges.get(k, (0, schema.nblocks(k) - 1))
+        n *= max(0, hi - lo + 1)
+    return n
+
+
+def _relevant(schema: T.Schema, ranges: Ranges) -> dict[str, tuple[int, int]]:
+    """The ranges that keep fewer than all of ``schema``'s blocks along a key it has."""
+    return {
+        k: r for k, r in ranges.items() if k in schema.keys and r != (0, schema.nblocks(k) - 1)
+    }
+
+
+def _repartitioned(rel: T.Repartition, ranges: Ranges) -> dict[str, tuple[int, int]]:
+    """Target-block ranges of a repartition -> the source blocks that overlap them."""
+    src, dst = rel.child.schema, rel.schema
+    out: dict[str, tuple[int, int]] = {}
+    for k, (lo, hi) in ranges.items():
+        if src.blocks[k] == dst.blocks[k]:
+            out[k] = (lo, hi)
+            continue
+        first = lo * dst.blocks[k]
+        end = min((hi + 1) * dst.blocks[k], dst.sizes[k])
+        out[k] = (first // src.blocks[k], (end - 1) // src.blocks[k])
+    return out
+
+
+class _Walk:
+    """One push of key ranges down a plan: the restricted plan and the bytes its nodes make."""
+
+    def __init__(self) -> None:
+        self.memo: dict[tuple[int, frozenset], T.Rel] = {}
+        self.bytes = 0
+
+    def count(self, rel: T.Rel, ranges: Ranges) -> None:
+        self.bytes += _rows(rel.schema, ranges) * _block_bytes(rel.schema)
+
+    def push(self, rel: T.Rel, ranges: Ranges, fused: bool = False) -> T.Rel:
+        here = _relevant(rel.schema, ranges) if not isinstance(rel, T.Aggregate) else dict(ranges)
+        key = (id(rel), frozenset(here.items()))
+        if key in self.memo:  # a shared input (the plan is a DAG): computed once, counted once
+            return self.memo[key]
+        out = self._push(rel, here, fused)
+        self.memo[key] = out
+        return out
+
+    def _push(self, rel: T.Rel, ranges: dict[str, tuple[int, int]], fused: bool) -> T.Rel:
+        s = rel.schema
+        if isinstance(rel, T.Scan | T.Input | T.Fused):
+            self.count(rel, ranges)
+            if not ranges or isinstance(rel, T.Fused):
+                return rel
+            kept = tuple((k, *ranges[k]) for k in s.keys if k in ranges)
+            return T.Restrict(s, rel, kept)
+        if isinstance(rel, T.Restrict):
+            mine = {k: (lo, hi) for k, lo, hi in rel.ranges}
+            for k, (lo, hi) in ranges.items():
+                a, b = mine.get(k, (lo, hi))
+                mine[k] = (max(a, lo), min(b, hi))
+            return self.push(rel.child, mine)
+        if isinstance(rel, T.Relabel):
+            child = {
+                pos: ranges[lab] for pos, lab in zip(rel.child.schema.keys, rel.labels, strict=True) if lab in ranges
+            }
+            return T.with_inputs(rel, (self.push(rel.child, child),))
+        if isinstance(rel, T.Positional):
+            c = rel.child.schema
+            child = {lab: ranges[k] for k, lab in zip(s.keys, c.blob, strict=True) if k in ranges}
+            return T.with_inputs(rel, (self.push(rel.child, child),))
+        if isinstance(rel, T.Repartition):
+            self.count(rel, ranges)
+            new = T.with_inputs(rel, (self.push(rel.child, _repartitioned(rel, ranges)),))
+            if not ranges:
+                return new
+            # a source block also overlaps target blocks outside the ranges: those come out partly
+            # assembled, and are dropped here
+            return T.Restrict(s, new, tuple((k, *ranges[k]) for k in s.keys if k in ranges))
+        if isinstance(rel, T.Join):
+            if not fused:  # under an aggregate that fuses with it, no product block is ever made
+                self.count(rel, ranges)
+            left = self.push(rel.left, ranges)
+            right = self.push(rel.right, ranges)
+            return T.with_inputs(rel, (left, right))
+        if isinstance(rel, T.Aggregate):
+            self.count(rel, {k: r for k, r in ranges.items() if k in s.keys})
+            fuse = isinstance(rel.child, T.Join) and rel.child.agg == rel.agg
+            return T.with_inputs(rel, (self.push(rel.child, ranges, fused=fuse),))
+        if isinstance(rel, T.Unary | T.MapBlocks | T.CastBlocks):
+            self.count(rel, ranges)
+            return T.with_inputs(rel, (self.push(rel.child, ranges),))
+        raise TypeError(f"unhandled TRA node {type(rel).__name__}")
+
+
+def restrict(rel: T.Rel, ranges: Ranges) -> T.Rel:
+    """``rel`` computed from only the blocks its key ranges need (``T.Restrict`` over the leaves, and over a
+    repartition's partly assembled target blocks). Ranges are in ``rel``'s key labels; for an ``Aggregate``
+    they may also cut the labels it sums away (its result is then partial)."""
+    return _Walk().push(rel, ranges)
+
+
+def footprint(rel: T.Rel, ranges: Ranges | None = None) -> int:
+    """Bytes of the blocks one query of ``rel`` (restricted to ``ranges``) reads and makes: every stored or
+    array input, every computed relation (a dense estimate: absent blocks counted, edges counted whole)."""
+    walk = _Walk()
+    walk.push(rel, ranges or {})
+    return walk.bytes
+
+
+def split(nblocks: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous, near-equal ranges of block keys 0..nblocks-1."""
+    bounds = [-(-i * nblocks // parts) for i in range(parts + 1)]  # ceilings: the first ranges the longer
+    return [(bounds[i], bounds[i + 1] - 1) for i in range(parts) if bounds[i + 1] > bounds[i]]
+
+
+def _largest(cuts: Mapping[str, int], space: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+    """The first wave of ``cuts``: as large as any (ranges are near-equal, the first rounds up)."""
+    return {k: max(split(space[k], c), key=lambda r: r[1] - r[0]) for k, c in cuts.items() if c > 1}
+
+
+def choose_cuts(
+    rel: T.Rel, space: Mapping[str, int], budget: int, free: frozenset[str] | set[str]
+) -> dict[str, int]:
+    """How many ranges to cut each label of ``space`` (label -> its number of blocks) into so that one wave
+    of ``rel`` fits ``budget`` bytes: the label whose halving helps most, each time, until it fits or
+    nothing can be cut further (the plan then runs with the finest cut: its blocks themselves do not fit).
+    Labels in ``free`` (the result keeps them: disjoint pieces) are cut first; the others (partial results,
+    stored and combined) only when cutting those alone cannot make a wave fit."""
+    cuts = {k: 1 for k in space}
+    now = footprint(rel)
+    for allowed in ([k for k in space if k in free], list(space)):
+        while now > budget:
+            best: tuple[int, str] | None = None
+            for k in allowed:
+                if cuts[k] < space[k]:
+                    got = footprint(rel, _largest({**cuts, k: min(space[k], cuts[k] * 2)}, space))
+                    best = min(best or (got, k), (got, k))
+            if best is None or best[0] >= now:
+                break
+            cuts[best[1]] = min(space[best[1]], cuts[best[1]] * 2)
+            now = best[0]
+    return cuts
+
+
+def waves(cuts: Mapping[str, int], space: Mapping[str, int]) -> Iterator[dict[str, tuple[int, int]]]:
+    """Every wave of ``cuts``: one range per cut label, all combinations."""
+    labels = [k for k, c in cuts.items() if c > 1]
+    for combo in itertools.product(*(split(space[k], cuts[k]) for k in labels)):
+        yield dict(zip(labels, combo, strict=True))
+
+
+def count(cuts: Mapping[str, int], space: Mapping[str, int]) -> int:
+    return math.prod(len(split(space[k], c)) for k, c in cuts.items() if c > 1)
