@@ -259,6 +259,33 @@ def test_from_sql_rejects_bad_coordinates_naming_the_row(s):
             s.from_sql("SELECT * FROM coo3", shape=(3, 3))
 
 
+@pytest.mark.parametrize(
+    ("value", "dtype", "error", "match"),
+    [
+        ("300", "int8", ts.RangeError, r"\(1\) has value 300 which lies outside the range of int8 \[-128"),
+        ("-1", "uint64", ts.RangeError, r"value -1 which lies outside the range of uint64"),
+        ("2::HUGEINT ** 63", "int64", ts.RangeError, r"lies outside the range of int64"),
+        ("65536.0", "uint16", ts.RangeError, r"value 65536\.0 which lies outside the range of uint16"),
+        ("2.5", "int32", ts.CastingError, r"value 2\.5 which is not an integer: the tensor's dtype is int32"),
+        ("'inf'::DOUBLE", "int16", ts.RangeError, r"value inf which lies outside the range of int16"),
+    ],
+)
+def test_from_sql_refuses_values_the_dtype_cannot_hold(s, value, dtype, error, match):
+    """int8 300 came back as 44 and a negative uint64 raised an untyped error: never wrapped or rounded."""
+    with pytest.raises(error, match=match):
+        s.from_sql(f"SELECT 1 AS i, {value} AS v", shape=(3,), dtype=dtype)
+
+
+def test_from_sql_keeps_every_value_the_dtype_holds(s):
+    for dtype in ("int8", "uint8", "int64", "uint64"):
+        info = np.iinfo(dtype)
+        query = f"SELECT 0 AS i, {int(info.min)}::HUGEINT AS v UNION ALL SELECT 1, {int(info.max)}::HUGEINT"
+        got = s.from_sql(query, shape=(3,), dtype=dtype).numpy()
+        np.testing.assert_array_equal(got, np.array([info.min, info.max, 0], dtype=dtype))
+    exact = s.from_sql("SELECT 0 AS i, 3.0 AS v", shape=(1,), dtype="int16").numpy()
+    np.testing.assert_array_equal(exact, np.array([3], np.int16))
+
+
 def test_from_sql_rejects_non_numeric_columns(s):
     with pytest.raises(ts.DTypeError, match=r"column 'i' \(coordinate i0\) has type VARCHAR"):
         s.from_sql("SELECT '1' AS i, 1.0 AS v", shape=(3,))

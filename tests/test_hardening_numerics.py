@@ -282,6 +282,16 @@ def test_integer_params_out_of_the_dtypes_range_raise_range_error():
     )
 
 
+def test_integer_params_without_an_exact_float64_raise_range_error():
+    """A map's param travels as a DOUBLE: 2**53 + 1 used to arrive as 2**53, silently."""
+    x = np.arange(3, dtype=np.int64)
+    for p in (2**53 + 1, -(2**61) - 3, np.int64(2**62 + 1)):
+        with pytest.raises(ts.RangeError, match=r"integer param -?\d+ has no exact float64 value"):
+            ts.scale(x, p)
+    np.testing.assert_array_equal(ts.scale(x, 2**53), x * 2**53)  # exact: kept
+    np.testing.assert_array_equal(ts.scale(x, np.int64(3)), x * 3)
+
+
 def test_sql_tensor_map_refuses_non_integer_params_on_integers(con):
     x = np.arange(3, dtype=np.int64).tobytes()
     for fn, p, what in [

@@ -8,6 +8,9 @@ import duckdb
 import numpy as np
 import pytest
 from equations import BLOCKING_CASES, EQUATIONS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_einsum_hypothesis import _assert_matches_numpy, einsum_problems
 from test_einsum_numpy import BLOCKINGS, make_operands
 from tolerance import assert_einsum_close
 
@@ -37,7 +40,8 @@ def _open(path: str, tmp_path, **kw) -> ts.Session:
 
 
 def _stages_left(s: ts.Session) -> list[tuple]:
-    return s.execute("SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '\\_ts\\_stage%' ESCAPE '\\'")
+    names = s.execute("SELECT table_name FROM duckdb_tables()")
+    return [n for n in names if n[0].lower().startswith("_ts_stage_")]
 
 
 @pytest.mark.parametrize("eq", ["ij,jk->ik", "ij,ij->", "ij,kj->ik", "ij,jk->j", "ij,jk,kl->il"])
@@ -75,7 +79,7 @@ def test_every_result_path_runs_in_waves(stored, tmp_path):
 
 
 def test_arrow_results_of_waves_hold_every_block_once(stored, tmp_path):
-    path, x, y = stored
+    path, _, _ = stored
     with _open(path, tmp_path, read_only=True) as s:
         table = s.einsum("ij,jk->ik", s.table("X"), s.table("Y")).to_arrow()
     keys = sorted(zip(table.column("k0").to_pylist(), table.column("k1").to_pylist(), strict=True))
@@ -186,15 +190,33 @@ def test_blocked_cases_in_waves_match_numpy(waved, case, blocking):
     assert_einsum_close(lazy.numpy(), case.subscripts, *ops)
     assert_einsum_close(waved.from_arrow(lazy.to_arrow()).numpy(), case.subscripts, *ops)  # run_arrow
     assert_einsum_close(lazy.materialize().numpy(), case.subscripts, *ops)  # store, temporary
-    assert_einsum_close(lazy.save("saved", replace=True).numpy(), case.subscripts, *ops)  # store, in a transaction
+    saved = lazy.save("saved", replace=True)  # store, in a transaction
+    assert_einsum_close(saved.numpy(), case.subscripts, *ops)
 
 
 @pytest.mark.parametrize("case", EQUATIONS[::3], ids=lambda c: c.id)
 def test_equations_in_waves_match_numpy(waved, case):
     ops = make_operands(case.shapes, np.float64, case.id, "mixed")
     args = [
-        waved.from_numpy(o, block_shape=tuple(min(2, max(d, 1)) for d in o.shape)) if i % 2 == 0 and o.ndim else o
+        waved.from_numpy(o, block_shape=tuple(min(2, max(d, 1)) for d in o.shape))
+        if i % 2 == 0 and o.ndim
+        else o
         for i, o in enumerate(ops)
     ]
     got = waved.einsum(case.subscripts, *args)
     assert_einsum_close(got if isinstance(got, np.ndarray) else got.numpy(), case.subscripts, *ops)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(problem=einsum_problems(max_ops=3), data=st.data())
+def test_random_einsums_in_waves_match_numpy(waved, problem, data):
+    """Random einsums over stored relations in random blockings, every one run in the finest waves."""
+    ops = problem.operands()
+    args = [
+        waved.from_numpy(o, block_shape=tuple(data.draw(st.integers(1, max(d, 1))) for d in o.shape))
+        if o.ndim and o.size
+        else o
+        for o in ops
+    ]
+    got = waved.einsum(problem.subscripts, *args)
+    _assert_matches_numpy(got if isinstance(got, np.ndarray) else got.numpy(), problem, ops)

@@ -18,45 +18,28 @@ with an error containing :data:`OOM_MARKER`.
 from __future__ import annotations
 
 import ctypes
-import threading
 from pathlib import Path
 from typing import Any
+
+from udf_kernels import cabi
 
 #: in the message of every error of a cancelled kernel
 MARKER = "tensorsql: interrupted"
 #: in the message of every error of a kernel that ran out of memory (its budget, or the system's)
 OOM_MARKER = "tensorsql: out of memory"
 
-_libs: dict[str, ctypes.CDLL] = {}
-_lock = threading.Lock()
+_I64, _U64, _INT = ctypes.c_int64, ctypes.c_uint64, ctypes.c_int
+_SIGNATURES: dict[str, cabi.Signature] = {
+    "tensorsql_cancel": (_INT, [_I64]),
+    "tensorsql_reset": (_INT, [_I64]),
+    "tensorsql_progress": (_INT, [_I64, ctypes.POINTER(ctypes.c_double), ctypes.POINTER(ctypes.c_double)]),
+    "tensorsql_memory_limit": (_INT, [_I64, _U64]),
+    "tensorsql_memory": (_INT, [_I64, ctypes.POINTER(_U64), ctypes.POINTER(_U64)]),
+}
 
 
 def _lib(path: Path | str) -> ctypes.CDLL:
-    key = str(path)
-    with _lock:
-        lib = _libs.get(key)
-        if lib is None:
-            lib = ctypes.CDLL(key)
-            for name in ("tensorsql_cancel", "tensorsql_reset"):
-                fn = getattr(lib, name)
-                fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.c_int64]
-            lib.tensorsql_progress.restype = ctypes.c_int
-            lib.tensorsql_progress.argtypes = [
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_double),
-                ctypes.POINTER(ctypes.c_double),
-            ]
-            lib.tensorsql_memory_limit.restype = ctypes.c_int
-            lib.tensorsql_memory_limit.argtypes = [ctypes.c_int64, ctypes.c_uint64]
-            lib.tensorsql_memory.restype = ctypes.c_int
-            lib.tensorsql_memory.argtypes = [
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_uint64),
-                ctypes.POINTER(ctypes.c_uint64),
-            ]
-            _libs[key] = lib
-    return lib
+    return cabi.library(path, _SIGNATURES)
 
 
 def db_token(con: Any) -> int:

@@ -21,12 +21,13 @@ generated, parsed or bound per call, and no Arrow table is registered.
 from __future__ import annotations
 
 import ctypes
-import threading
 import weakref
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from udf_kernels import cabi
 
 #: dtypes a sink can hold (the kernels' dtypes)
 DTYPES = (
@@ -44,44 +45,23 @@ DTYPES = (
     "uint64",
 )
 
-_libs: dict[tuple[str, bool], ctypes.CDLL] = {}
-_lock = threading.Lock()
+_I64, _PTR = ctypes.c_int64, ctypes.c_void_p
+_SIGNATURES: dict[str, cabi.Signature] = {
+    "tensorsql_sink_open": (_I64, [_PTR, ctypes.c_char_p, _I64, ctypes.POINTER(_I64)]),
+    "tensorsql_sink_close": (ctypes.c_int, [_I64]),
+    "tensorsql_slot_new": (_I64, []),
+    "tensorsql_slot_set": (
+        ctypes.c_int,
+        [_I64, _PTR, ctypes.c_char_p, _I64, ctypes.POINTER(_I64), ctypes.c_int],
+    ),
+    "tensorsql_slot_clear": (ctypes.c_int, [_I64]),
+    "tensorsql_slot_free": (ctypes.c_int, [_I64]),
+}
 
 
 def _lib(path: Path | str, hold_gil: bool = False) -> ctypes.CDLL:
-    """The extension's C ABI through ctypes. ``hold_gil``: a ``PyDLL`` handle (the same loaded library),
-    whose calls keep the GIL: ~0.4 us less per call for the slots' short, never-blocking entry points."""
-    key = (str(path), hold_gil)
-    with _lock:
-        lib = _libs.get(key)
-        if lib is None:
-            lib = (ctypes.PyDLL if hold_gil else ctypes.CDLL)(key[0])
-            lib.tensorsql_sink_open.restype = ctypes.c_int64
-            lib.tensorsql_sink_open.argtypes = [
-                ctypes.c_void_p,
-                ctypes.c_char_p,
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_int64),
-            ]
-            lib.tensorsql_sink_close.restype = ctypes.c_int
-            lib.tensorsql_sink_close.argtypes = [ctypes.c_int64]
-            lib.tensorsql_slot_new.restype = ctypes.c_int64
-            lib.tensorsql_slot_new.argtypes = []
-            lib.tensorsql_slot_set.restype = ctypes.c_int
-            lib.tensorsql_slot_set.argtypes = [
-                ctypes.c_int64,
-                ctypes.c_void_p,
-                ctypes.c_char_p,
-                ctypes.c_int64,
-                ctypes.POINTER(ctypes.c_int64),
-                ctypes.c_int,
-            ]
-            for name in ("tensorsql_slot_clear", "tensorsql_slot_free"):
-                fn = getattr(lib, name)
-                fn.restype = ctypes.c_int
-                fn.argtypes = [ctypes.c_int64]
-            _libs[key] = lib
-    return lib
+    """The sinks' and slots' entry points (``cabi.library``; ``hold_gil`` for the slots' short calls)."""
+    return cabi.library(path, _SIGNATURES, hold_gil)
 
 
 class Sink:

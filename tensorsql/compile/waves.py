@@ -98,9 +98,8 @@ class _Walk:
                 mine[k] = (max(a, lo), min(b, hi))
             return self.push(rel.child, mine)
         if isinstance(rel, T.Relabel):
-            child = {
-                pos: ranges[lab] for pos, lab in zip(rel.child.schema.keys, rel.labels, strict=True) if lab in ranges
-            }
+            pairs = zip(rel.child.schema.keys, rel.labels, strict=True)
+            child = {pos: ranges[lab] for pos, lab in pairs if lab in ranges}
             return T.with_inputs(rel, (self.push(rel.child, child),))
         if isinstance(rel, T.Positional):
             c = rel.child.schema

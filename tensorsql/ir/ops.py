@@ -225,9 +225,18 @@ def check_map(fn: str, param: object = None) -> float | None:
         return None
     if param is None:
         raise OperatorError(f"map {fn!r} needs a param (the {op.param})")
+    if isinstance(param, int | np.integer) and not isinstance(param, bool | np.bool_):
+        as_float = float(param)
+        if not math.isfinite(as_float) or int(as_float) != int(param):
+            # params travel to the kernels as a DOUBLE: never rounded silently (2**53 + 1 -> 2**53)
+            raise RangeError(
+                f"map {fn!r}: integer param {int(param)} has no exact float64 value (a map's param is "
+                "carried as a float64: integers up to 2**53 in magnitude are exact)"
+            )
+        return as_float
     try:
         return float(param)  # type: ignore[arg-type]
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise OperatorError(f"map {fn!r}: param {param!r} is not a number") from exc
 
 

@@ -351,7 +351,9 @@ class DuckDBExecutor:
 
                 def create(query: exp.Query) -> exp.Create:
                     table = exp.Table(this=sqlgen.ident(name))
-                    return exp.Create(this=table, kind="TABLE", expression=query, replace=replace, properties=props)
+                    return exp.Create(
+                        this=table, kind="TABLE", expression=query, replace=replace, properties=props
+                    )
 
                 def fill() -> None:
                     if not st.staged:
@@ -590,8 +592,8 @@ class DuckDBExecutor:
         held = waves.footprint(plan.tra)
         return [
             f"runs in waves: its blocks come to ~{held:,} bytes at once, over the wave budget of "
-            f"{self.wave_budget:,} bytes (a quarter of memory_limit); each aggregation is stored by queries over "
-            "ranges of its keys, then the result is made in ranges of its keys (README 'Memory')"
+            f"{self.wave_budget:,} bytes (a quarter of memory_limit); each aggregation is stored by queries "
+            "over ranges of its keys, then the result is made in ranges of its keys (README 'Memory')"
         ]
 
     def _staged(self, st: _Statement, plan: Plan) -> StagedRun:

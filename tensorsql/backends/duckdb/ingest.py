@@ -10,15 +10,16 @@ JOIN from the full key grid fills absent blocks with ``tensor_zeros`` so the rel
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 from sqlglot import exp
 
 from tensorsql.backends.duckdb import sqlgen
 from tensorsql.backends.duckdb.sqlgen import call, col, ident, lit
-from tensorsql.errors import DTypeError, ShapeError
+from tensorsql.errors import CastingError, DTypeError, RangeError, ShapeError
 from tensorsql.ir import blocking as B
 from tensorsql.ir import tra as T
 
-#: the start of every row check's message (``row_error`` maps it to ``ShapeError``)
+#: the start of every row check's message (``row_error`` maps it to a typed error)
 ROW = "tensorsql: from_sql:"
 #: DuckDB column types a coordinate may have (fractional ones must hold integral values)
 INTEGRAL = frozenset(
@@ -48,11 +49,22 @@ def check_columns(columns: list[tuple[str, str]], r: int) -> None:
             raise DTypeError(f"from_sql: column {name!r} ({role}) has type {sql_type}; it needs {want}")
 
 
-def row_error(exc: duckdb.Error) -> ShapeError | None:
-    """The ShapeError for a row check that stopped the statement (None for any other error)."""
+#: in a row check's message: the value does not fit the dtype (RangeError) / is not an integer (CastingError)
+OUT_OF_RANGE = "lies outside the range of"
+NOT_INTEGRAL = "is not an integer: the tensor's dtype is"
+
+
+def row_error(exc: duckdb.Error) -> ShapeError | RangeError | CastingError | None:
+    """The typed error for a row check that stopped the statement (None for any other error): ShapeError
+    for a coordinate, RangeError or CastingError for a value its dtype cannot hold."""
     text = str(exc)
     if isinstance(exc, duckdb.InvalidInputException) and ROW in text:
-        return ShapeError(text[text.index(ROW) + len("tensorsql: ") :])
+        message = text[text.index(ROW) + len("tensorsql: ") :]
+        if OUT_OF_RANGE in message:
+            return RangeError(message)
+        if NOT_INTEGRAL in message:
+            return CastingError(message)
+        return ShapeError(message)
     return None
 
 
@@ -86,9 +98,10 @@ def _shown(value: exp.Expression) -> exp.Expression:
     return call("coalesce", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR")), lit("NULL"))
 
 
-def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str]) -> exp.Select:
+def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str], dtype: str) -> exp.Select:
     """The rows with each coordinate checked and made a BIGINT: NULL, non-integral or outside ``shape``
-    stops the statement with an error naming the row (its coordinates as the query gave them)."""
+    stops the statement with an error naming the row (its coordinates as the query gave them). So does a
+    value an integer ``dtype`` cannot hold (a fraction, or outside its range: never rounded or wrapped)."""
     r = len(shape)
     raw = [col("s", f"i{d}") for d in range(r)]
     row: list[str | exp.Expression] = ["("]
@@ -111,7 +124,21 @@ def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str]) -> exp
         case = case.when(outside, fail(f" lies outside shape {shape}"))
         case = case.else_(exp.Cast(this=c.copy(), to=exp.DataType.build("BIGINT")))
         cells.append(exp.alias_(case, ident(f"i{d}")))
-    return exp.select(*cells, col("s", "v")).from_(_rows(parsed, r).subquery("s"))
+    value: exp.Expression = col("s", "v")
+    if np.dtype(dtype).kind in "iu" and types[r] != "BOOLEAN":
+        info, v = np.iinfo(dtype), col("s", "v")
+        value = exp.case()
+        if types[r] not in INTEGRAL:  # NaN is not equal to its trunc either
+            fractional = exp.NEQ(this=v.copy(), expression=call("trunc", v.copy()))
+            value = value.when(fractional, fail(" has value ", _shown(v), f" which {NOT_INTEGRAL} {dtype}"))
+        outside = exp.or_(
+            exp.LT(this=v.copy(), expression=lit(int(info.min))),
+            exp.GTE(this=v.copy(), expression=lit(int(info.max) + 1)),
+        )
+        span = f"{dtype} [{info.min}, {info.max}]"
+        value = value.when(outside, fail(" has value ", _shown(v), f" which {OUT_OF_RANGE} {span}"))
+        value = value.else_(v.copy())
+    return exp.select(*cells, exp.alias_(value, ident("v"))).from_(_rows(parsed, r).subquery("s"))
 
 
 def blocks_from_rows(
@@ -140,7 +167,7 @@ def blocks_from_rows(
         exp.alias_(
             exp.Cast(this=col("s", "v"), to=exp.DataType.build(value_type, dialect="duckdb")), ident("v")
         ),
-    ).from_(_checked(parsed, shape, types).subquery("s"))
+    ).from_(_checked(parsed, shape, types, dtype).subquery("s"))
     numel: exp.Expression = lit(1)
     for d in range(r):
         numel = exp.Mul(this=numel, expression=sqlgen.extent(pos, f"k{d}", col("p", f"k{d}")))
