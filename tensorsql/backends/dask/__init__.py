@@ -1,0 +1,24 @@
+"""The cluster executor's pieces on Dask distributed (issue 14). Work in progress: only the worker side
+exists so far (``worker``); ``connect()`` does not start or attach clusters yet.
+
+``distributed`` is an optional dependency (installed by ``make``): it is imported lazily, and a missing one
+raises ``ExtensionError`` with the command that installs it.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+from tensorsql.errors import ExtensionError
+
+
+def require_distributed() -> ModuleType:
+    """``distributed``, or ExtensionError saying how to install it."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise ExtensionError(
+            "tensorsql's cluster executor needs dask.distributed: pip install 'tensorsql[distributed]' "
+            "(the README's `make` installs it)"
+        ) from exc
+    return distributed

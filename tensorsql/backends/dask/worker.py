@@ -1,0 +1,89 @@
+"""Each Dask worker's own DuckDB with the kernels: a ``WorkerPlugin`` sets it up on every worker, also one
+that joins later, and a task reaches it with ``worker_executor()``.
+
+A worker's DuckDB is a ``DuckDBExecutor``, the single-process executor itself, so a stage runs on a worker
+with the same SQL generation, checks and kernels as in one process. Many DuckDBs on one machine each default
+to ~80% of its memory and all its cores, and together get killed: each worker's DuckDB takes the Dask
+worker's own thread count, and a memory_limit of ``MEMORY_SHARE`` of the worker's own limit (the rest is
+Dask's: task results, transfers).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from tensorsql.backends.dask import require_distributed
+from tensorsql.backends.duckdb import memory
+from tensorsql.errors import ExtensionError
+
+#: imported when this module is (only a cluster session imports it): a helpful error when missing
+distributed = require_distributed()
+
+#: the attribute of a ``distributed.Worker`` that holds its executor
+ATTRIBUTE = "tensorsql_executor"
+#: the plugin's name on the cluster (registering it again replaces it)
+NAME = "tensorsql"
+#: the share of a Dask worker's memory limit its DuckDB (and its kernels' budget) may use
+MEMORY_SHARE = 0.6
+
+
+def worker_limits(nthreads: int, worker_limit: int | None, workers_here: int = 1) -> tuple[int, int]:
+    """(threads, memory_limit bytes) of a worker's DuckDB: the worker's threads, and ``MEMORY_SHARE`` of its
+    memory limit; a worker without one (``memory_limit=0``) gets that share of this machine's memory divided
+    among the ``workers_here`` workers of the machine."""
+    if worker_limit is None or worker_limit <= 0:
+        worker_limit = memory.system_memory() // max(1, workers_here)
+    return max(1, int(nthreads)), max(memory.MIN_MEMORY_LIMIT, int(worker_limit * MEMORY_SHARE))
+
+
+class TensorSQLWorker(distributed.WorkerPlugin):
+    """The plugin: ``client.register_plugin(TensorSQLWorker(), name=NAME)``. ``spill``: the worker's DuckDB
+    is a database file under the worker's local directory (DuckDB spills beside it), else in memory."""
+
+    name = NAME
+
+    def __init__(self, spill: bool = False, workers_here: int = 1) -> None:
+        self.spill = spill
+        self.workers_here = workers_here
+
+    def setup(self, worker: Any) -> None:
+        from tensorsql.backends.duckdb.executor import DuckDBExecutor
+
+        threads, limit = worker_limits(
+            worker.state.nthreads, worker.memory_manager.memory_limit, self.workers_here
+        )
+        database, temp = ":memory:", None
+        if self.spill:
+            folder = os.path.join(worker.local_directory, "tensorsql")
+            os.makedirs(folder, exist_ok=True)
+            database, temp = os.path.join(folder, "worker.duckdb"), os.path.join(folder, "spill")
+        old = getattr(worker, ATTRIBUTE, None)
+        if old is not None:
+            old.close()
+        executor = DuckDBExecutor(
+            database, threads=threads, memory_limit=limit, temp_directory=temp, progress=False
+        )
+        setattr(worker, ATTRIBUTE, executor)
+
+    def teardown(self, worker: Any) -> None:
+        executor = getattr(worker, ATTRIBUTE, None)
+        if executor is not None:
+            executor.close()
+            setattr(worker, ATTRIBUTE, None)
+
+
+def worker_executor() -> Any:
+    """The DuckDB executor of the worker running the current task; ExtensionError on a worker the plugin
+    did not set up (a worker of another cluster, or one whose setup failed)."""
+    try:
+        worker = distributed.get_worker()
+    except ValueError as exc:
+        raise ExtensionError("worker_executor() runs inside a task on a Dask worker") from exc
+    executor = getattr(worker, ATTRIBUTE, None)
+    if executor is None or executor.closed:
+        raise ExtensionError(
+            f"Dask worker {worker.address} has no tensorsql DuckDB: register the plugin "
+            f"(client.register_plugin(tensorsql.backends.dask.worker.TensorSQLWorker()))"
+        )
+    return executor
