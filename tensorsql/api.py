@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 import opt_einsum
 
+from tensorsql.backends.base import Executor
 from tensorsql.compile.cache import Entry, hashable
 from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import (
@@ -43,6 +44,9 @@ def connect(
     memory_limit: int | str | None = None,
     temp_directory: str | os.PathLike[str] | None = None,
     max_block_bytes: int | str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+    cluster: object = None,
 ) -> Session:
     """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing).
 
@@ -58,6 +62,13 @@ def connect(
     caps every block a plan makes (None: ``TENSORSQL_MAX_BLOCK_BYTES``, else 256 MiB or less under a small
     memory_limit). Running out raises OutOfMemoryError.
     """
+    if workers is not None or cluster is not None:
+        return Session(
+            _cluster_executor(
+                database, workers, threads_per_worker, cluster, read_only, memory_limit, max_block_bytes
+            ),
+            strategy=strategy,
+        )
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
     executor = DuckDBExecutor(
@@ -70,6 +81,40 @@ def connect(
         max_block_bytes=max_block_bytes,
     )
     return Session(executor, strategy=strategy)
+
+
+def _cluster_executor(
+    database: str,
+    workers: int | None,
+    threads_per_worker: int,
+    cluster: object,
+    read_only: bool,
+    memory_limit: int | str | None,
+    max_block_bytes: int | str | None,
+) -> Executor:
+    """The Dask executor: a LocalCluster of ``workers`` processes it starts (and stops with the session), or
+    the running cluster ``cluster`` names (a scheduler address or a ``distributed.Client``)."""
+    if workers is not None and cluster is not None:
+        raise ConfigError("give workers= (start a local cluster) or cluster= (attach to one), not both")
+    from tensorsql.backends.dask import executor as dask_executor
+
+    if cluster is not None:
+        passed = not isinstance(cluster, str)
+        client = dask_executor.attach(cluster)
+        return dask_executor.DaskExecutor(
+            client, own_client=not passed, database=database, read_only=read_only,
+            memory_limit=memory_limit, max_block_bytes=max_block_bytes,
+        )
+    client, local = dask_executor.start(workers, threads_per_worker, None)  # type: ignore[arg-type]
+    try:
+        return dask_executor.DaskExecutor(
+            client, cluster=local, database=database, read_only=read_only,
+            memory_limit=memory_limit, max_block_bytes=max_block_bytes,
+        )
+    except BaseException:
+        client.close()
+        local.close()
+        raise
 
 
 def default_session() -> Session:

@@ -80,6 +80,11 @@ class Session:
         return self.executor.workers
 
     @property
+    def client(self) -> object:
+        """The ``distributed.Client`` of a cluster session (None for the embedded one)."""
+        return getattr(self.executor, "client", None)
+
+    @property
     def database(self) -> str:
         return getattr(self.executor, "database", self.executor.name)
 

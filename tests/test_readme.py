@@ -21,6 +21,7 @@ def test_every_python_block_runs(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # blocks create database files
     rng = np.random.default_rng(0)
     ns: dict[str, object] = {
+        "__name__": "__main__",  # the cluster block's main guard: it starts a LocalCluster
         "np": np,
         "c": rng.standard_normal((100, 50)),
         "X": rng.standard_normal((4, 6)),

@@ -1,5 +1,5 @@
-"""The cluster executor's pieces on Dask distributed (issue 14). Work in progress: only the worker side
-exists so far (``worker``); ``connect()`` does not start or attach clusters yet.
+"""The cluster executor on Dask distributed (issue 14, in progress): ``executor`` (distributed relations,
+stages, the session's side), ``worker`` (each worker's own DuckDB). README "On a cluster (Dask)".
 
 ``distributed`` is an optional dependency (installed by ``make``): it is imported lazily, and a missing one
 raises ``ExtensionError`` with the command that installs it.

@@ -87,3 +87,31 @@ def worker_executor() -> Any:
             f"(client.register_plugin(tensorsql.backends.dask.worker.TensorSQLWorker()))"
         )
     return executor
+
+
+#: the attribute of a ``distributed.Worker`` holding {task key: bytes its inputs brought from other workers}
+MOVED = "tensorsql_moved"
+
+
+def count_moved(inputs: list[tuple[Any, Any]]) -> None:
+    """In a task: records the bytes of its inputs ((Dask key, Arrow table)) that Dask fetched from other
+    workers (a dependency this worker did not compute and was not given: it has no run_spec here)."""
+    worker = distributed.get_worker()
+    state = worker.state.tasks
+    fetched = 0
+    for key, table in inputs:
+        ts = state.get(key)
+        if ts is not None and ts.run_spec is None:
+            fetched += int(table.nbytes)
+    moved = getattr(worker, MOVED, None)
+    if moved is None:
+        moved = {}
+        setattr(worker, MOVED, moved)
+    moved[str(worker.get_current_task())] = fetched
+
+
+def take_moved(dask_worker: Any) -> dict[str, int]:
+    """``client.run`` target: the worker's counts, cleared."""
+    moved = getattr(dask_worker, MOVED, None) or {}
+    setattr(dask_worker, MOVED, {})
+    return dict(moved)

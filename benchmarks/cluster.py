@@ -1,0 +1,89 @@
+"""The paper's matrix chains (A x B) + (C x (D x E)) on a local Dask cluster (issue 14), side by side:
+tensorsql on the cluster with each strategy (time, bytes its stages read from other workers, the planner's
+modelled cost), ``dask.array`` on the same workers (dask's own chunks and hand-chosen ones), and
+single-process tensorsql on the same machine.
+
+Run: ``python -m benchmarks.cluster [--workers 2,4] [--s-square 1024] [--s-skewed 2000] [--repeat 3]``.
+Timing: one warm-up run, then the best of ``--repeat``; inputs are uploaded once (relations), as dask.array
+inputs are persisted once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import tensorsql as ts
+from benchmarks.chain import STRATEGIES, chain, shapes
+
+
+def _best(fn, repeat: int) -> tuple[float, object]:
+    out = fn()
+    best = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - t)
+    return best, out
+
+
+def _dask_array(client, arrays: dict[str, np.ndarray], chunks: object, repeat: int) -> float:
+    import dask.array as da
+
+    parts = {k: client.persist(da.from_array(v, chunks=chunks)) for k, v in arrays.items()}
+    expr = parts["A"] @ parts["B"] + parts["C"] @ (parts["D"] @ parts["E"])
+    secs, _ = _best(lambda: expr.compute(), repeat)
+    return secs
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", default="2,4")
+    ap.add_argument("--s-square", type=int, default=1024)
+    ap.add_argument("--s-skewed", type=int, default=2000)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(0)
+    cases = {
+        kind: {k: rng.standard_normal(sh).astype(np.float32) for k, sh in shapes(kind, size).items()}
+        for kind, size in (("square", args.s_square), ("skewed", args.s_skewed))
+    }
+    single: dict[str, float] = {}
+    with ts.connect(threads=2) as s:
+        for kind, arrays in cases.items():
+            rels = {k: s.from_numpy(v) for k, v in arrays.items()}
+            single[kind], _ = _best(lambda s=s, rels=rels: chain(s, rels, "eindecomp").numpy(), args.repeat)
+    for workers in (int(w) for w in args.workers.split(",")):
+        with ts.connect(workers=workers) as cs:
+            for kind, arrays in cases.items():
+                want = arrays["A"] @ arrays["B"] + arrays["C"] @ (arrays["D"] @ arrays["E"])
+                print(f"\n{kind} chain, {workers} workers x 1 thread, p={cs.p}")
+                print(f"  {'run':28s} {'time (s)':>9s} {'moved (MB)':>11s} {'model cost':>11s}")
+                times = {}
+                for strategy in STRATEGIES:
+                    rels = {k: cs.from_numpy(v) for k, v in arrays.items()}
+                    rel = chain(cs, rels, strategy)
+                    secs, out = _best(rel.numpy, args.repeat)
+                    np.testing.assert_allclose(out, want, rtol=2e-3, atol=2e-2 * np.abs(want).max())
+                    moved = sum(st.moved or 0 for st in cs.executor.last_run) / 1e6
+                    times[strategy] = secs
+                    cost = rel.plan().info.cost or 0.0
+                    print(f"  tensorsql {strategy:18s} {secs:9.3f} {moved:11.2f} {cost:11.4e}")
+                auto = _dask_array(cs.client, arrays, "auto", args.repeat)
+                side = max(1, min(arrays["A"].shape) // 2)
+                hand = _dask_array(cs.client, arrays, (side, side), args.repeat)
+                print(f"  {'dask.array, auto chunks':28s} {auto:9.3f}")
+                print(f"  {'dask.array, ' + str(side) + '^2 chunks':28s} {hand:9.3f}")
+                print(f"  {'tensorsql, one process':28s} {single[kind]:9.3f}")
+                e = times["eindecomp"]
+                print(
+                    f"  eindecomp: {times['sqrt'] / e:.2f}x faster than sqrt, "
+                    f"{min(auto, hand) / e:.2f}x than dask.array's best, "
+                    f"{e / single[kind]:.2f}x the single-process time"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,547 @@
+"""The cluster executor: tensor relations partitioned across Dask workers, each stage run as SQL on every
+worker over its blocks.
+
+A *distributed relation* is a list of partitions, each an Arrow table of blocks (key columns, ``tensor``)
+held on one worker as a Dask future, with the bounding box of its block keys. A plan runs in stages
+(``compile.waves``' cut of a TRA plan): every aggregation is a stage whose output keys are cut into parts,
+about two per worker; a part's task runs on its worker the plan restricted to the part's keys
+(``waves.restrict``), over only the input partitions whose boxes meet the restriction, which Dask moves
+there worker to worker. A stage whose result has too few blocks to share (a dot product) is also cut along
+a summed label, and its partial blocks are combined by one more stage. The client submits tasks and
+collects only the final result.
+
+The session's own database (``database=``, a DuckDB with the kernels, in this process) is its catalog:
+``save()`` keeps a tensor's blocks there, so no worker's loss loses it; ``table()`` reads it back and
+partitions it again. ``from_sql`` runs its query there too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from sqlglot import exp
+
+from tensorsql.backends import arrow
+from tensorsql.backends.base import CatalogEntry
+from tensorsql.backends.dask import require_distributed
+from tensorsql.backends.duckdb import catalog as duck_catalog
+from tensorsql.backends.duckdb import sqlgen
+from tensorsql.backends.duckdb.executor import DuckDBExecutor
+from tensorsql.compile import waves as W
+from tensorsql.compile.plan import Plan
+from tensorsql.errors import ConfigError, ShapeError
+from tensorsql.ir import expr as E
+from tensorsql.ir import tra as T
+
+distributed = require_distributed()
+
+from tensorsql.backends.dask import worker as worker_side  # noqa: E402
+
+_ids = itertools.count()
+#: parts per worker a stage's output is cut into (more parts than workers evens out uneven parts)
+PARTS_PER_WORKER = 2
+
+Box = dict[str, tuple[int, int]]
+
+
+@dataclass
+class Part:
+    """One partition of a distributed relation: a future of an Arrow table on ``worker``, and the box of
+    its block keys (first, last) per key."""
+
+    future: Any
+    box: Box
+    worker: str
+
+
+@dataclass
+class DistRel:
+    schema: T.Schema
+    parts: list[Part] = field(default_factory=list)
+
+
+@dataclass
+class StageReport:
+    """What one stage did: its node, parts per worker, and the bytes its tasks read from partitions held
+    on other workers (``explain`` and tests read these; ``moved`` is counted once the stage has run)."""
+
+    what: str
+    parts: dict[str, int]
+    moved: int | None = None
+    #: the keys of its tasks, until counted
+    tasks: list[str] = field(default_factory=list, repr=False)
+
+
+def _box(table: pa.Table, keys: tuple[str, ...]) -> Box:
+    out: Box = {}
+    for k in keys:
+        mm = pc.min_max(table.column(k))
+        lo, hi = mm["min"].as_py(), mm["max"].as_py()
+        out[k] = (int(lo), int(hi)) if lo is not None else (0, -1)
+    return out
+
+
+def _meets(box: Box, ranges: Mapping[str, tuple[int, int]]) -> bool:
+    for k, (lo, hi) in ranges.items():
+        if k in box:
+            a, b = box[k]
+            if b < lo or a > hi:
+                return False
+    return True
+
+
+def _empty(schema: T.Schema) -> pa.Table:
+    cols = {k: pa.array([], pa.int32()) for k in schema.keys}
+    cols["tensor"] = pa.array([], pa.binary())
+    return pa.table(cols)
+
+
+def _piece(table: pa.Table) -> pa.Table:
+    return table
+
+
+def run_part(
+    rel: T.Rel, inputs: dict[str, tuple[T.Schema, list[pa.Table]]], keys: dict[str, list[str]]
+) -> pa.Table:
+    """On a worker: ``rel`` (a stage restricted to one part) over its inputs, the partitions of each Scan's
+    relation that this part needs (Dask brought them here), registered as views of a fresh cursor of the
+    worker's DuckDB; returns the part's blocks. ``keys``: the inputs' Dask keys, to count the bytes that
+    came from other workers (``worker.moved``)."""
+    ex = worker_side.worker_executor()
+    worker_side.count_moved(
+        [(k, t) for name, (_, tables) in inputs.items() for k, t in zip(keys[name], tables, strict=True)]
+    )
+    cur = ex.con.cursor()
+    try:
+        rename: dict[str, str] = {}
+        for name, (schema, tables) in inputs.items():
+            view = f"_ts_in_{next(_ids)}"
+            cur.register(view, pa.concat_tables(tables) if tables else _empty(schema))
+            rename[name] = view
+        query = sqlgen.to_ast(_renamed(rel, rename), checks=False)
+        return cur.sql(sqlgen.sql_text(query)).to_arrow_table()
+    finally:
+        cur.close()
+
+
+def _renamed(rel: T.Rel, rename: Mapping[str, str]) -> T.Rel:
+    if isinstance(rel, T.Scan):
+        return T.Scan(rel.schema, rename[rel.table]) if rel.table in rename else rel
+    return T.with_inputs(rel, tuple(_renamed(c, rename) for c in T.inputs(rel)))
+
+
+def _scans(rel: T.Rel) -> list[T.Scan]:
+    if isinstance(rel, T.Scan):
+        return [rel]
+    return [s for c in T.inputs(rel) for s in _scans(c)]
+
+
+def _leaf_ranges(rel: T.Rel) -> list[tuple[str, dict[str, tuple[int, int]]]]:
+    """(table, ranges) of every Scan a restricted plan reads (ranges empty: all of it)."""
+    out: list[tuple[str, dict[str, tuple[int, int]]]] = []
+
+    def walk(r: T.Rel, ranges: dict[str, tuple[int, int]]) -> None:
+        if isinstance(r, T.Scan):
+            out.append((r.table, ranges))
+            return
+        if isinstance(r, T.Restrict):
+            ranges = {**ranges, **{k: (lo, hi) for k, lo, hi in r.ranges}}
+            walk(r.child, ranges)
+            return
+        for c in T.inputs(r):
+            walk(c, {})
+
+    walk(rel, {})
+    return out
+
+
+class DaskExecutor:
+    """Runs plans on a Dask cluster (module docstring). ``client``: the ``distributed.Client``; ``cluster``:
+    the LocalCluster this executor started (closed with it), None for an attached one."""
+
+    name = "dask"
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        cluster: Any = None,
+        own_client: bool = True,
+        database: str = ":memory:",
+        read_only: bool = False,
+        memory_limit: int | str | None = None,
+        max_block_bytes: int | str | None = None,
+    ) -> None:
+        self.client = client
+        self._cluster = cluster
+        #: close the client with the session (not a Client the caller passed in)
+        self._own_client = own_client
+        #: the session's own database: catalog, saved tensors, from_sql's source tables
+        self.local = DuckDBExecutor(
+            database,
+            threads=1,
+            read_only=read_only,
+            memory_limit=memory_limit,
+            max_block_bytes=max_block_bytes,
+        )
+        self.catalog = self.local.catalog
+        self.kernel_set = self.local.kernel_set
+        self.profile = self.local.profile
+        self.closed = False
+        self._rels: dict[str, DistRel] = {}
+        #: the stages of the last run (``notes``, tests)
+        self.last_run: list[StageReport] = []
+        try:
+            client.register_plugin(worker_side.TensorSQLWorker(), name=worker_side.NAME)
+        except Exception as exc:
+            self.local.close()
+            raise ConfigError(f"cannot set up tensorsql on the Dask workers: {exc}") from exc
+
+    # -- the cluster ------------------------------------------------------------------------------------
+    def _workers(self) -> dict[str, int]:
+        info = self.client.scheduler_info(n_workers=-1)["workers"]
+        return {addr: int(w.get("nthreads", 1)) for addr, w in sorted(info.items())}
+
+    @property
+    def workers(self) -> int:
+        """Kernel calls the cluster runs at once (the planner's p): every worker's threads."""
+        return max(1, sum(self._workers().values()))
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._rels.clear()
+        try:
+            if self._own_client:
+                self.client.close()
+        finally:
+            if self._cluster is not None:
+                self._cluster.close()
+            self.local.close()
+
+    # -- distributed relations ----------------------------------------------------------------------------
+    def _scatter(self, table: pa.Table, schema: T.Schema) -> DistRel:
+        """A table's rows cut into contiguous pieces, one per worker, each scattered to its worker."""
+        addrs = list(self._workers())
+        n = table.num_rows
+        pieces = max(1, min(len(addrs), n))
+        rel = DistRel(schema)
+        for i in range(pieces):
+            lo, hi = i * n // pieces, (i + 1) * n // pieces
+            # a compact copy: a slice keeps the whole table's buffers, which Dask would size and ship
+            piece = table.take(pa.array(np.arange(lo, hi, dtype=np.int64)))
+            if piece.num_rows == 0 and n:
+                continue
+            addr = addrs[i % len(addrs)]
+            # a task holding its piece, not scattered data: a worker lost mid-query gets its pieces made
+            # again elsewhere from the task (scattered data would be gone, and its dependents would wait)
+            fut = self.client.submit(_piece, piece, workers=[addr], allow_other_workers=True, pure=False)
+            rel.parts.append(Part(fut, _box(piece, schema.keys), addr))
+        return rel
+
+    def upload(
+        self, table: pa.Table, layout: tuple[tuple[int, ...], tuple[int, ...], str], *, verified: bool = False
+    ) -> str:
+        shape, block_shape, dtype = layout
+        if not verified:
+            arrow.check_blocks(table, shape, block_shape, dtype)
+        schema = T.positional(shape, block_shape, dtype)
+        keys = [table.column(k).cast(pa.int32()) for k in schema.keys]
+        table = pa.table({**dict(zip(schema.keys, keys, strict=True)), "tensor": table.column("tensor")})
+        name = f"_ts_dist_{next(_ids)}"
+        self._rels[name] = self._scatter(table, schema)
+        return name
+
+    def release(self, name: str) -> None:
+        self._rels.pop(name, None)
+
+    def drop(self, name: str) -> None:
+        self._rels.pop(name, None)
+
+    def ingest_rows(
+        self, query: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
+    ) -> str:
+        """``from_sql``: the query runs in the session's database (where its tables are), then its blocks are
+        partitioned over the workers."""
+        local = self.local.ingest_rows(query, shape, block_shape, dtype)
+        try:
+            table = self.local.con.sql(sqlgen.sql_text(exp.select(exp.Star()).from_(local))).to_arrow_table()
+        finally:
+            self.local.drop(local)
+        return self.upload(table, (shape, block_shape, dtype), verified=True)
+
+    def query(self, statement: exp.Expression | str, what: str = "query") -> list[tuple]:
+        """SQL on the session's own database (``Session.execute``)."""
+        return self.local.query(statement, what)
+
+    # -- running plans --------------------------------------------------------------------------------------
+    def text(self, plan: Plan) -> str:
+        return self.local.text(plan)
+
+    def notes(self, plan: Plan) -> list[str]:
+        workers = self._workers()
+        lines = [
+            f"runs on {len(workers)} Dask workers ({sum(workers.values())} threads): each aggregation is a "
+            "stage whose output keys are cut into parts, ~2 per worker, each part's SQL run on its worker"
+        ]
+        for i, st in enumerate(self.last_run):
+            per = ", ".join(f"{w}: {n}" for w, n in sorted(st.parts.items()))
+            moved = "" if st.moved is None else f"; {st.moved:,} bytes read from other workers"
+            lines.append(f"last run, stage {i}: {st.what}; parts per worker: {per}{moved}")
+        return lines
+
+    def fast(self, plan: Plan) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None:
+        return None
+
+    def run_into(
+        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False
+    ) -> bool:
+        return False  # results come back as Arrow partitions (``run_arrow``)
+
+    def run_arrow(
+        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], *, keep: bool = False
+    ) -> pa.Table:
+        rel = self._execute(plan, bindings)
+        tables = self.client.gather([p.future for p in rel.parts])
+        self._count_moved()
+        return pa.concat_tables(tables) if tables else _empty(rel.schema)
+
+    def _count_moved(self) -> None:
+        """Each stage's bytes read from other workers, as its tasks counted them where they ran (an input
+        Dask fetched from a peer, not one computed or already held there)."""
+        if not any(st.tasks for st in self.last_run):
+            return
+        counted: dict[str, int] = {}
+        for per_worker in self.client.run(worker_side.take_moved).values():
+            counted.update(per_worker)
+        for st in self.last_run:
+            st.moved, st.tasks = sum(counted.get(str(k), 0) for k in st.tasks), []
+
+    def store(
+        self,
+        plan: Plan,
+        bindings: Mapping[E.Operand, np.ndarray],
+        name: str | None,
+        *,
+        replace: bool = False,
+        temporary: bool = False,
+    ) -> str:
+        """``materialize()`` keeps the result partitioned on the workers; ``save()`` writes its blocks into
+        the session's database (durable: no worker holds the only copy) with the catalog entry."""
+        if temporary:
+            dist = self._execute(plan, bindings)
+            distributed.wait([p.future for p in dist.parts])
+            self._count_moved()
+            name = f"_ts_dist_{next(_ids)}"
+            self._rels[name] = dist
+            return name
+        if name is None:
+            raise ConfigError("a permanent table needs a name")
+        table = self.run_arrow(plan, bindings)
+        view = f"_ts_save_{next(_ids)}"
+        local = self.local
+        with local._lock:
+            local.con.register(view, table)
+            try:
+                local.query(exp.Transaction(), "begin")
+                try:
+                    create = exp.Create(
+                        this=exp.Table(this=sqlgen.ident(name)),
+                        kind="TABLE",
+                        expression=exp.select(exp.Star()).from_(view),
+                        replace=replace,
+                    )
+                    local.query(create, f"save {name!r}")
+                    entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
+                    local.catalog.put(entry)
+                    local.query(exp.Commit(), "commit")
+                except BaseException:
+                    duck_catalog.rollback(local.con)
+                    raise
+            finally:
+                local.con.unregister(view)
+        return name
+
+    def _source(self, scan: T.Scan, temps: dict[str, DistRel]) -> str:
+        """The distributed relation a Scan reads: one of ours, or a saved table read from the session's
+        database and partitioned (checked on the way, as any stored table is)."""
+        if scan.table in self._rels or scan.table in temps:
+            return scan.table
+        s = scan.schema
+        table = self.local.con.sql(
+            sqlgen.sql_text(exp.select(exp.Star()).from_(exp.Table(this=sqlgen.ident(scan.table))))
+        ).to_arrow_table()
+        shape = tuple(s.sizes[k] for k in s.keys)
+        blocks = tuple(s.blocks[k] for k in s.keys)
+        arrow.check_blocks(table, shape, blocks, s.dtype)
+        name = f"_ts_dist_{next(_ids)}"
+        temps[name] = self._scatter(table, s)
+        return name
+
+    def _execute(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray]) -> DistRel:
+        temps: dict[str, DistRel] = {}
+        self.last_run = []
+        leaves: dict[T.Rel, T.Rel] = {}
+
+        def leaf(rel: T.Rel) -> T.Rel:
+            if rel in leaves:
+                return leaves[rel]
+            if isinstance(rel, T.Input):
+                op = plan.operands[rel.index]
+                arr = bindings.get(op)
+                if arr is None:
+                    raise ShapeError(f"operand {op.name!r} has no array bound to it")
+                table = arrow.split(np.asarray(arr), plan.block_shape(op), op.dtype)
+                name = f"_ts_dist_{next(_ids)}"
+                temps[name] = self._scatter(table, rel.schema)
+                out: T.Rel = T.Scan(rel.schema, name)
+            elif isinstance(rel, T.Scan):
+                out = T.Scan(rel.schema, self._source(rel, temps))
+            else:
+                out = T.with_inputs(rel, tuple(leaf(c) for c in T.inputs(rel)))
+            leaves[rel] = out
+            return out
+
+        run = _Run(self, {**self._rels, **temps})
+        root = leaf(plan.tra)
+        run.rels.update(temps)
+        result = run.last(root)
+        self.last_run = run.reports
+        return result
+
+
+class _Run:
+    """One plan's stages on the cluster (the distributed counterpart of ``duckdb.staged.StagedRun``)."""
+
+    def __init__(self, ex: DaskExecutor, rels: dict[str, DistRel]) -> None:
+        self.ex = ex
+        self.rels = rels
+        self.addrs = list(ex._workers())
+        self.reports: list[StageReport] = []
+        self._memo: dict[int, T.Rel] = {}
+
+    def below(self, rel: T.Rel) -> T.Rel:
+        if isinstance(rel, T.Aggregate):
+            return self.materialize(rel)
+        return T.with_inputs(rel, tuple(self.below(c) for c in T.inputs(rel)))
+
+    def materialize(self, agg: T.Aggregate) -> T.Scan:
+        done = self._memo.get(id(agg))
+        if done is not None:
+            return done  # type: ignore[return-value]
+        rel = T.with_inputs(agg, (self.below(agg.child),))
+        inner = rel.child.schema  # type: ignore[attr-defined]
+        space = {k: inner.nblocks(k) for k in inner.keys}
+        cuts = self._cuts(space, set(agg.schema.keys))
+        name = f"_ts_stage_{next(_ids)}"
+        what = f"Aggregate {agg.agg} -> {agg.schema.keys}"
+        self.rels[name] = self.stage(rel, space, cuts, agg.schema, what)
+        stored = T.Scan(agg.schema, name)
+        if any(c > 1 for k, c in cuts.items() if k not in agg.schema.keys):  # partial blocks: combine
+            stored = self.materialize(T.Aggregate(agg.schema, stored, agg.agg))
+        self._memo[id(agg)] = stored
+        return stored
+
+    def last(self, root: T.Rel) -> DistRel:
+        rel = _tops(root, self.below)
+        space = {k: root.schema.nblocks(k) for k in root.schema.keys}
+        cuts = self._cuts(space, set(space))
+        if W.count(cuts, space) < len(self.addrs) and _has_aggregate(rel):
+            rel = self.below(rel)  # too few result blocks to share: the aggregations cut their sums
+        return self.stage(rel, space, cuts, root.schema, "result")
+
+    def _cuts(self, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
+        """Cut counts giving ~PARTS_PER_WORKER parts per worker: the free label with most blocks left is
+        halved first; summed labels only when the free ones run out."""
+        want = PARTS_PER_WORKER * len(self.addrs)
+        cuts = {k: 1 for k in space}
+        for allowed in ([k for k in space if k in free], list(space)):
+            while W.count(cuts, space) < want:
+                left = [k for k in allowed if cuts[k] < space[k]]
+                if not left:
+                    break
+                k = max(left, key=lambda lab: (space[lab] / cuts[lab], lab))
+                cuts[k] = min(space[k], cuts[k] * 2)
+        return cuts
+
+    def stage(
+        self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
+    ) -> DistRel:
+        out = DistRel(schema)
+        per: dict[str, int] = {}
+        report = StageReport(what, per)
+        for i, ranges in enumerate(W.waves(cuts, space)):
+            part = W.restrict(rel, ranges)
+            inputs: dict[str, tuple[T.Schema, list[Any]]] = {}
+            for table, need in _leaf_ranges(part):
+                dist = self.rels[table]
+                futures = [p.future for p in dist.parts if _meets(p.box, need)]
+                have = inputs.get(table)
+                if have is None:
+                    inputs[table] = (dist.schema, futures)
+                else:  # read twice (a self-join): every partition either read needs
+                    seen = {id(f) for f in have[1]}
+                    have[1].extend(f for f in futures if id(f) not in seen)
+            addr = self.addrs[i % len(self.addrs)]
+            keys = {name: [f.key for f in futures] for name, (_, futures) in inputs.items()}
+            fut = self.ex.client.submit(
+                run_part, part, inputs, keys, workers=[addr], allow_other_workers=True, pure=False
+            )
+            report.tasks.append(fut.key)
+            box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
+            out.parts.append(Part(fut, box, addr))
+            per[addr] = per.get(addr, 0) + 1
+        self.reports.append(report)
+        return out
+
+
+def _tops(rel: T.Rel, below: Callable[[T.Rel], T.Rel]) -> T.Rel:
+    if isinstance(rel, T.Aggregate):
+        return T.with_inputs(rel, (below(rel.child),))
+    return T.with_inputs(rel, tuple(_tops(c, below) for c in T.inputs(rel)))
+
+
+def _has_aggregate(rel: T.Rel) -> bool:
+    return isinstance(rel, T.Aggregate) or any(_has_aggregate(c) for c in T.inputs(rel))
+
+
+def start(workers: int, threads_per_worker: int, memory_limit: int | str | None) -> tuple[Any, Any]:
+    """A LocalCluster of ``workers`` processes and its Client; prints the dashboard's address."""
+    for value, what in ((workers, "workers"), (threads_per_worker, "threads_per_worker")):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"{what}={value!r} must be a positive int")
+    kw: dict[str, Any] = {"memory_limit": memory_limit} if memory_limit is not None else {}
+    cluster = distributed.LocalCluster(
+        n_workers=workers, threads_per_worker=threads_per_worker, processes=True, dashboard_address=":0", **kw
+    )
+    client = distributed.Client(cluster)
+    print(f"tensorsql: Dask dashboard at {cluster.dashboard_link}", file=sys.stderr)
+    return client, cluster
+
+
+#: seconds to wait for a scheduler's answer
+ATTACH_TIMEOUT = 10
+
+
+def attach(cluster: object) -> Any:
+    """A Client of a running scheduler (``"tcp://host:8786"``) or the given ``distributed.Client``."""
+    if isinstance(cluster, distributed.Client):
+        return cluster
+    if not isinstance(cluster, str) or not cluster.strip():
+        raise ConfigError(f"cluster={cluster!r} must be a scheduler address ('tcp://host:8786') or a Client")
+    try:
+        return distributed.Client(cluster, timeout=ATTACH_TIMEOUT)
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise ConfigError(f"cannot reach the Dask scheduler at {cluster!r}: {exc}") from exc
+
+
+__all__ = ["DaskExecutor", "attach", "start"]
+

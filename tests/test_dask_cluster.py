@@ -1,0 +1,199 @@
+"""The cluster executor (issue 14, in progress): einsums run as stages of SQL on every worker of a 2-worker
+LocalCluster, against numpy; relations made, materialized, saved and reopened; typed errors for bad cluster
+arguments. One cluster for the whole module."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from equations import BLOCKING_CASES, EQUATIONS
+from test_einsum_numpy import BLOCKINGS, make_operands
+from tolerance import assert_einsum_close
+
+distributed = pytest.importorskip("distributed")
+
+import tensorsql as ts  # noqa: E402
+from tensorsql.backends.dask import executor as DX  # noqa: E402
+from tensorsql.errors import ConfigError  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def cs(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("cluster") / "catalog.duckdb")
+    s = ts.connect(path, workers=2)
+    yield s
+    s.close()
+
+
+def test_the_session_runs_on_a_local_cluster(cs):
+    assert isinstance(cs.client, distributed.Client)
+    assert len(cs.client.scheduler_info()["workers"]) == 2
+    assert cs.threads == 2  # the planner's p: every worker's threads
+
+
+@pytest.mark.parametrize("case", EQUATIONS[::5], ids=lambda c: c.id)
+def test_equations_on_the_cluster_match_numpy(cs, case):
+    ops = make_operands(case.shapes, np.float64, case.id, "cluster")
+    args = [
+        cs.from_numpy(o, block_shape=tuple(min(2, max(d, 1)) for d in o.shape))
+        if i % 2 == 0 and o.ndim
+        else o
+        for i, o in enumerate(ops)
+    ]
+    got = cs.einsum(case.subscripts, *args)
+    assert_einsum_close(got if isinstance(got, np.ndarray) else got.numpy(), case.subscripts, *ops)
+
+
+@pytest.mark.parametrize("case", BLOCKING_CASES[::4], ids=lambda c: c.id)
+def test_blocked_cases_on_the_cluster_match_numpy(cs, case):
+    ops = make_operands(case.shapes, np.float64, case.id, "blocks2")
+    rels = [cs.from_numpy(o, **BLOCKINGS["blocks2"](o.shape)) for o in ops]
+    assert_einsum_close(cs.einsum(case.subscripts, *rels).numpy(), case.subscripts, *ops)
+
+
+@pytest.mark.parametrize("strategy", ["eindecomp", "sqrt", "data", "model"])
+def test_the_papers_chain_with_each_strategy(cs, strategy):
+    rng = np.random.default_rng(14)
+    a, b, c, d, e = (rng.standard_normal(s) for s in [(60, 6), (6, 60), (60, 6), (6, 600), (600, 60)])
+    ab = cs.einsum("ij,jk->ik", a, b, strategy=strategy)
+    cde = cs.einsum("ij,jk->ik", c, cs.einsum("ij,jk->ik", d, e, strategy=strategy), strategy=strategy)
+    got = cs.einsum("ik,ik->ik", ab, cde, join="add", strategy=strategy).numpy()
+    np.testing.assert_allclose(got, a @ b + c @ (d @ e), rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+
+
+def test_a_stage_runs_on_every_worker(cs):
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((64, 48)), rng.standard_normal((48, 80))
+    rel = cs.einsum("ij,jk->ik", x, y, blocks={"i": 4, "j": 2, "k": 4})
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+    (stage,) = cs.executor.last_run
+    assert len(stage.parts) == 2 and sum(stage.parts.values()) == 4
+    assert "parts per worker" in rel.explain()
+
+
+def test_a_full_contraction_is_cut_along_its_sum(cs):
+    """A one-block result cannot be shared: its sum is cut, partial blocks made on both workers, then
+    combined."""
+    x = np.random.default_rng(2).standard_normal((64, 64))
+    rel = cs.einsum("ij,ij->", cs.from_numpy(x, block_shape=(16, 16)), cs.from_numpy(x, block_shape=(16, 16)))
+    assert_einsum_close(rel.numpy(), "ij,ij->", x, x)
+    assert len(cs.executor.last_run[0].parts) == 2
+
+
+def test_relations_materialize_arrow_and_from_sql(cs):
+    x = np.arange(60.0).reshape(6, 10)
+    r = cs.einsum("ij->ji", cs.from_numpy(x, block_shape=(4, 4)))
+    np.testing.assert_array_equal(r.materialize().numpy(), x.T)
+    np.testing.assert_array_equal(cs.from_arrow(r.to_arrow()).numpy(), x.T)
+    cs.execute("CREATE OR REPLACE TABLE coo (i INTEGER, j INTEGER, v DOUBLE)")
+    cs.execute("INSERT INTO coo VALUES (0, 1, 2.0), (2, 0, 5.0)")
+    m = cs.from_sql("SELECT * FROM coo", shape=(3, 2), block_shape=(2, 1))
+    np.testing.assert_array_equal(m.numpy(), [[0, 2], [0, 0], [5, 0]])
+
+
+def test_a_saved_tensor_is_reopened_by_a_new_client(tmp_path):
+    path = str(tmp_path / "saved.duckdb")
+    x = np.random.default_rng(3).standard_normal((20, 30))
+    with ts.connect(path, workers=2) as s:
+        s.einsum("ij->ji", s.from_numpy(x, block_shape=(8, 8))).save("XT")
+        address = s.client.scheduler.address
+        assert s.tables() == ["XT"]
+        with ts.connect(path + ".other", cluster=address) as other:  # attached: left running when closed
+            assert isinstance(other.client, distributed.Client)
+        assert s.client.scheduler_info()["workers"]
+    with ts.connect(path, workers=1) as s:
+        np.testing.assert_array_equal(s.table("XT").numpy(), x.T)
+        assert_einsum_close(s.einsum("ij->j", s.table("XT")).numpy(), "ij->j", x.T)
+
+
+def test_bad_cluster_arguments_are_config_errors(monkeypatch):
+    with pytest.raises(ConfigError, match="not both"):
+        ts.connect(workers=2, cluster="tcp://127.0.0.1:1")
+    with pytest.raises(ConfigError, match="workers=0 must be a positive int"):
+        ts.connect(workers=0)
+    with pytest.raises(ConfigError, match="must be a scheduler address"):
+        ts.connect(cluster=42)
+    monkeypatch.setattr(DX, "ATTACH_TIMEOUT", 1)
+    with pytest.raises(ConfigError, match=r"cannot reach the Dask scheduler at 'tcp://127\.0\.0\.1:1'"):
+        ts.connect(cluster="tcp://127.0.0.1:1")
+
+
+def test_a_cluster_started_from_the_dask_command_line(tmp_path):
+    """``dask scheduler`` and ``dask worker`` as separate processes: the multi-machine recipe (README), here
+    on one machine. The session sets the workers up itself (its plugin reaches workers already running)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    dask = str(Path(sys.executable).parent / "dask")
+    info = tmp_path / "scheduler.json"
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--scheduler-file", str(info), "--no-dashboard", "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not info.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        worker = [dask, "worker", "--scheduler-file", str(info), "--nthreads", "1", "--no-dashboard"]
+        procs += [
+            subprocess.Popen(worker, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)
+        ]
+        address = __import__("json").loads(info.read_text())["address"]
+        with ts.connect(cluster=address) as s:
+            s.client.wait_for_workers(2, timeout=60)
+            x = np.random.default_rng(4).standard_normal((40, 30))
+            rel = s.einsum("ij,jk->ik", s.from_numpy(x, block_shape=(10, 10)), x.T, blocks={"i": 4})
+            assert_einsum_close(rel.numpy(), "ij,jk->ik", x, x.T)
+            assert len(s.executor.last_run[-1].parts) == 2
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.wait(timeout=30)
+
+
+def test_a_worker_killed_mid_query_still_gives_the_right_result():
+    """Inputs are tasks holding their pieces and stage tasks may move: a worker lost mid-query has its work
+    made again elsewhere (the nanny restarts it, and the plugin sets it up again). Never a hang."""
+    import contextlib
+    import os
+    import threading
+    import time
+
+    with ts.connect(workers=2) as s:
+        x = np.random.default_rng(5).standard_normal((900, 900))
+        X = s.from_numpy(x, block_shape=(150, 150))
+        rel = s.einsum("ij,jk,kl->il", X, X, X)
+        victim = sorted(s.client.scheduler_info()["workers"])[1]
+
+        def kill() -> None:
+            time.sleep(0.2)
+            with contextlib.suppress(Exception):  # the worker dies before it answers
+                s.client.run(lambda: os._exit(1), workers=[victim])
+
+        killer = threading.Thread(target=kill)
+        killer.start()
+        got: dict[str, object] = {}
+        runner = threading.Thread(target=lambda: got.update(value=rel.numpy()))
+        runner.start()
+        runner.join(timeout=240)
+        killer.join()
+        assert not runner.is_alive(), "the query hung after a worker was killed"
+        assert_einsum_close(got["value"], "ij,jk,kl->il", x, x, x)
+        assert_einsum_close(rel.numpy(), "ij,jk,kl->il", x, x, x)  # and the session goes on
+
+
+def test_explain_counts_the_bytes_each_stage_read_from_other_workers(cs):
+    rng = np.random.default_rng(6)
+    x, y = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
+    rel = cs.einsum("ij,jk->ik", cs.from_numpy(x, block_shape=(16, 16)), y, blocks={"i": 4, "k": 4})
+    rel.numpy()
+    (stage,) = cs.executor.last_run
+    # each part reads all of y's blocks (its k range) and its own i rows of x: some live elsewhere
+    assert 0 < stage.moved <= 4 * (x.nbytes + y.nbytes) * 2
+    assert "bytes read from other workers" in rel.explain()
