@@ -31,7 +31,7 @@ def test_the_session_runs_on_a_local_cluster(cs):
     assert cs.threads == 2  # the planner's p: every worker's threads
 
 
-@pytest.mark.parametrize("case", EQUATIONS[::5], ids=lambda c: c.id)
+@pytest.mark.parametrize("case", EQUATIONS, ids=lambda c: c.id)
 def test_equations_on_the_cluster_match_numpy(cs, case):
     ops = make_operands(case.shapes, np.float64, case.id, "cluster")
     args = [
@@ -197,3 +197,16 @@ def test_explain_counts_the_bytes_each_stage_read_from_other_workers(cs):
     # each part reads all of y's blocks (its k range) and its own i rows of x: some live elsewhere
     assert 0 < stage.moved <= 4 * (x.nbytes + y.nbytes) * 2
     assert "bytes read from other workers" in rel.explain()
+
+
+def test_a_two_layer_ffnn_forward_pass_on_three_workers_with_each_strategy():
+    rng = np.random.default_rng(7)
+    x, w1, w2 = rng.standard_normal((96, 64)), rng.standard_normal((64, 80)), rng.standard_normal((80, 10))
+    want = np.maximum(x @ w1, 0) @ w2
+    with ts.connect(workers=3) as s:
+        assert len(s.client.scheduler_info()["workers"]) == 3
+        X = s.from_numpy(x, block_shape=(32, 32))
+        for strategy in ("eindecomp", "sqrt", "data", "model"):
+            hidden = s.map(s.einsum("ij,jk->ik", X, w1, strategy=strategy), "relu")
+            got = s.einsum("ik,kl->il", hidden, w2, strategy=strategy).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
