@@ -17,6 +17,7 @@ partitions it again. ``from_sql`` runs its query there too.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import sys
 from collections.abc import Callable, Mapping
@@ -45,6 +46,8 @@ distributed = require_distributed()
 from tensorsql.backends.dask import worker as worker_side  # noqa: E402
 
 _ids = itertools.count()
+#: seconds per byte a block moving between workers costs (Arrow over TCP between local processes: ~1 GB/s)
+NET_BYTE = 1e-9
 #: parts per worker a stage's output is cut into (more parts than workers evens out uneven parts)
 PARTS_PER_WORKER = 2
 
@@ -193,7 +196,10 @@ class DaskExecutor:
         )
         self.catalog = self.local.catalog
         self.kernel_set = self.local.kernel_set
-        self.profile = self.local.profile
+        #: the planner's terms: a kernel call runs on one worker, so it never spreads itself over the cluster
+        #: (no ``split_flops``): only more blocks use more workers; blocks between workers move over the
+        #: network, slower than memory (``NET_BYTE``)
+        self.profile = dataclasses.replace(self.local.profile, split_flops=0.0, join_byte=NET_BYTE)
         self.closed = False
         self._rels: dict[str, DistRel] = {}
         #: the stages of the last run (``notes``, tests)
