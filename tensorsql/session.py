@@ -207,6 +207,9 @@ class Session:
         arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
         bs = resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
+        spread = getattr(self.executor, "spread", None)  # a cluster: enough blocks for every worker
+        if block_shape is None and blocks is None and spread is not None:
+            bs = spread(arr.shape, bs)
         table = arrow.split(arr, bs, name, copy=copy)
         view = self.executor.upload(table, (arr.shape, bs, name), verified=True)  # valid as split
         return self._stored(view, arr.shape, bs, name, release=self.executor.release)

@@ -210,3 +210,12 @@ def test_a_two_layer_ffnn_forward_pass_on_three_workers_with_each_strategy():
             hidden = s.map(s.einsum("ij,jk->ik", X, w1, strategy=strategy), "relu")
             got = s.einsum("ik,kl->il", hidden, w2, strategy=strategy).numpy()
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+
+
+def test_from_numpy_spreads_a_small_array_over_the_workers(cs):
+    x = np.arange(48.0).reshape(6, 8)
+    rel = cs.from_numpy(x)  # one block by default in one process
+    assert rel.block_shape == (6, 4)  # two blocks: one per worker
+    np.testing.assert_array_equal(rel.numpy(), x)
+    assert cs.from_numpy(x, block_shape=(6, 8)).block_shape == (6, 8)  # a blocking given is kept
+    assert cs.executor.spread((1,), (1,)) == (1,) and cs.executor.spread((), ()) == ()

@@ -188,3 +188,53 @@ def waves(cuts: Mapping[str, int], space: Mapping[str, int]) -> Iterator[dict[st
 
 def count(cuts: Mapping[str, int], space: Mapping[str, int]) -> int:
     return math.prod(len(split(space[k], c)) for k, c in cuts.items() if c > 1)
+
+
+class Stager:
+    """Cuts a plan into stages, whatever runs them: every aggregation below the plan's last step is stored
+    (``store``, in the parts ``cuts`` chooses) and read back as a Scan of what was stored, once per node (a
+    shared input is stored once). A cut along a label the aggregation sums away stores partial blocks, which
+    one more aggregation (a stage of its own) combines. Subclasses say how to cut and how to store."""
+
+    def __init__(self) -> None:
+        self._memo: dict[int, T.Scan] = {}
+
+    def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
+        raise NotImplementedError
+
+    def store(
+        self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
+    ) -> str:
+        """Runs ``rel`` in the parts of ``cuts`` and keeps the result under the name it returns."""
+        raise NotImplementedError
+
+    def below(self, rel: T.Rel) -> T.Rel:
+        """``rel`` with every aggregation in it stored."""
+        if isinstance(rel, T.Aggregate):
+            return self.materialize(rel)
+        return T.with_inputs(rel, tuple(self.below(c) for c in T.inputs(rel)))
+
+    def materialize(self, agg: T.Aggregate) -> T.Scan:
+        done = self._memo.get(id(agg))
+        if done is not None:
+            return done
+        rel = T.with_inputs(agg, (self.below(agg.child),))
+        inner = rel.child.schema  # type: ignore[attr-defined]
+        space = {k: inner.nblocks(k) for k in inner.keys}
+        cuts = self.cuts(rel, space, set(agg.schema.keys))
+        name = self.store(rel, space, cuts, agg.schema, f"Aggregate {agg.agg} -> {agg.schema.keys}")
+        stored = T.Scan(agg.schema, name)
+        if any(c > 1 for k, c in cuts.items() if k not in agg.schema.keys):  # partial blocks: combine
+            stored = self.materialize(T.Aggregate(agg.schema, stored, agg.agg))
+        self._memo[id(agg)] = stored
+        return stored
+
+    def top(self, rel: T.Rel) -> T.Rel:
+        """The last step: ``rel`` with the aggregations under its own aggregations stored."""
+        if isinstance(rel, T.Aggregate):
+            return T.with_inputs(rel, (self.below(rel.child),))
+        return T.with_inputs(rel, tuple(self.top(c) for c in T.inputs(rel)))
+
+
+def has_aggregate(rel: T.Rel) -> bool:
+    return isinstance(rel, T.Aggregate) or any(has_aggregate(c) for c in T.inputs(rel))

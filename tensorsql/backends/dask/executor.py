@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -266,6 +267,19 @@ class DaskExecutor:
         self._rels[name] = self._scatter(table, schema)
         return name
 
+    def spread(self, shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """``from_numpy``'s default blocking on a cluster: the largest dimension's blocks halved until there
+        is a block for every worker (a one-block relation would sit on one worker, and so would every plan
+        that keeps its blocking)."""
+        want = len(self._workers())
+        bs = list(block_shape)
+        while shape and math.prod(-(-n // b) for n, b in zip(shape, bs, strict=True) if n) < want:
+            d = max(range(len(shape)), key=lambda i: bs[i])
+            if bs[d] <= 1:
+                break
+            bs[d] = -(-bs[d] // 2)
+        return tuple(bs)
+
     def release(self, name: str) -> None:
         self._rels.pop(name, None)
 
@@ -424,47 +438,32 @@ class DaskExecutor:
         return result
 
 
-class _Run:
+class _Run(W.Stager):
     """One plan's stages on the cluster (the distributed counterpart of ``duckdb.staged.StagedRun``)."""
 
     def __init__(self, ex: DaskExecutor, rels: dict[str, DistRel]) -> None:
+        super().__init__()
         self.ex = ex
         self.rels = rels
         self.addrs = list(ex._workers())
         self.reports: list[StageReport] = []
-        self._memo: dict[int, T.Rel] = {}
 
-    def below(self, rel: T.Rel) -> T.Rel:
-        if isinstance(rel, T.Aggregate):
-            return self.materialize(rel)
-        return T.with_inputs(rel, tuple(self.below(c) for c in T.inputs(rel)))
-
-    def materialize(self, agg: T.Aggregate) -> T.Scan:
-        done = self._memo.get(id(agg))
-        if done is not None:
-            return done  # type: ignore[return-value]
-        rel = T.with_inputs(agg, (self.below(agg.child),))
-        inner = rel.child.schema  # type: ignore[attr-defined]
-        space = {k: inner.nblocks(k) for k in inner.keys}
-        cuts = self._cuts(space, set(agg.schema.keys))
+    def store(
+        self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
+    ) -> str:
         name = f"_ts_stage_{next(_ids)}"
-        what = f"Aggregate {agg.agg} -> {agg.schema.keys}"
-        self.rels[name] = self.stage(rel, space, cuts, agg.schema, what)
-        stored = T.Scan(agg.schema, name)
-        if any(c > 1 for k, c in cuts.items() if k not in agg.schema.keys):  # partial blocks: combine
-            stored = self.materialize(T.Aggregate(agg.schema, stored, agg.agg))
-        self._memo[id(agg)] = stored
-        return stored
+        self.rels[name] = self.stage(rel, space, cuts, schema, what)
+        return name
 
     def last(self, root: T.Rel) -> DistRel:
-        rel = _tops(root, self.below)
+        rel = self.top(root)
         space = {k: root.schema.nblocks(k) for k in root.schema.keys}
-        cuts = self._cuts(space, set(space))
-        if W.count(cuts, space) < len(self.addrs) and _has_aggregate(rel):
+        cuts = self.cuts(rel, space, set(space))
+        if W.count(cuts, space) < len(self.addrs) and W.has_aggregate(rel):
             rel = self.below(rel)  # too few result blocks to share: the aggregations cut their sums
         return self.stage(rel, space, cuts, root.schema, "result")
 
-    def _cuts(self, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
+    def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
         """Cut counts giving ~PARTS_PER_WORKER parts per worker: the free label with most blocks left is
         halved first; summed labels only when the free ones run out."""
         want = PARTS_PER_WORKER * len(self.addrs)
@@ -507,16 +506,6 @@ class _Run:
             per[addr] = per.get(addr, 0) + 1
         self.reports.append(report)
         return out
-
-
-def _tops(rel: T.Rel, below: Callable[[T.Rel], T.Rel]) -> T.Rel:
-    if isinstance(rel, T.Aggregate):
-        return T.with_inputs(rel, (below(rel.child),))
-    return T.with_inputs(rel, tuple(_tops(c, below) for c in T.inputs(rel)))
-
-
-def _has_aggregate(rel: T.Rel) -> bool:
-    return isinstance(rel, T.Aggregate) or any(_has_aggregate(c) for c in T.inputs(rel))
 
 
 def start(workers: int, threads_per_worker: int, memory_limit: int | str | None) -> tuple[Any, Any]:

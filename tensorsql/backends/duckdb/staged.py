@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import duckdb
 import pyarrow as pa
@@ -26,7 +26,7 @@ log = logging.getLogger("tensorsql")
 _ids = itertools.count()
 
 
-class StagedRun:
+class StagedRun(W.Stager):
     """One run of a plan in waves on ``con``; a context manager that drops its stage tables on exit."""
 
     def __init__(
@@ -37,6 +37,7 @@ class StagedRun:
         budget: int,
         own: set[str],
     ) -> None:
+        super().__init__()
         self.con = con
         self.bind = bind
         self.budget = budget
@@ -44,7 +45,6 @@ class StagedRun:
         self.own = own
         self.checks = checks
         self.tables: list[str] = []
-        self._memo: dict[int, T.Rel] = {}
         #: queries run, for explain-like reports and tests
         self.queries = 0
 
@@ -68,42 +68,29 @@ class StagedRun:
         self.queries += 1
         return self.con.execute(sqlgen.sql_text(query)).fetchall()
 
-    def below(self, rel: T.Rel) -> T.Rel:
-        """``rel`` with every aggregation in it stored (each by its own waves)."""
-        if isinstance(rel, T.Aggregate):
-            return self.materialize(rel)
-        return T.with_inputs(rel, tuple(self.below(c) for c in T.inputs(rel)))
+    def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
+        return W.choose_cuts(rel, space, self.budget, free)
 
-    def materialize(self, agg: T.Aggregate) -> T.Scan:
-        """The aggregation stored in a stage table (once per node: a shared input is stored once)."""
-        done = self._memo.get(id(agg))
-        if done is not None:
-            return done  # type: ignore[return-value]
-        rel = T.with_inputs(agg, (self.below(agg.child),))
-        inner = rel.child.schema  # type: ignore[attr-defined]
-        space = {k: inner.nblocks(k) for k in inner.keys}
-        cuts = W.choose_cuts(rel, space, self.budget, set(agg.schema.keys))
+    def store(
+        self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
+    ) -> str:
+        """A stage table filled by one query per wave."""
         name = f"_ts_stage_{next(_ids)}"
         self.own.add(name)
         self.tables.append(name)
         for i, ranges in enumerate(W.waves(cuts, space)):
             query = self._sql(W.restrict(rel, ranges))
             self.execute(_create(name, query) if i == 0 else _insert(name, query))
-        stored = T.Scan(agg.schema, name)
-        if any(c > 1 for k, c in cuts.items() if k not in agg.schema.keys):
-            # partial blocks (a cut along a summed label): one more aggregation combines them
-            stored = self.materialize(T.Aggregate(agg.schema, stored, agg.agg))
-        self._memo[id(agg)] = stored
-        return stored
+        return name
 
     def last(self, root: T.Rel) -> Iterator[T.Rel]:
         """The plan's last step, one restricted plan per wave (its result keys cut into ranges). Aggregations
         below it are stored first; those of the last step itself too when cutting only the result's keys
         does not make a wave fit (a big contraction to a small result)."""
-        rel = _tops(root, self.below)
+        rel = self.top(root)
         space = {k: root.schema.nblocks(k) for k in root.schema.keys}
         cuts = W.choose_cuts(rel, space, self.budget, set(space))
-        if W.footprint(rel, W._largest(cuts, space)) > self.budget and _has_aggregate(rel):
+        if W.footprint(rel, W._largest(cuts, space)) > self.budget and W.has_aggregate(rel):
             rel = self.below(rel)
             cuts = W.choose_cuts(rel, space, self.budget, set(space))
         for ranges in W.waves(cuts, space):
@@ -132,17 +119,6 @@ class StagedRun:
         for i, rel in enumerate(self.last(root)):
             query = self._sql(rel)
             self.execute(make(query) if i == 0 else _insert(name, query))
-
-
-def _tops(rel: T.Rel, below: Callable[[T.Rel], T.Rel]) -> T.Rel:
-    """``rel`` with the aggregations under its last step's own aggregations stored (``below``)."""
-    if isinstance(rel, T.Aggregate):
-        return T.with_inputs(rel, (below(rel.child),))
-    return T.with_inputs(rel, tuple(_tops(c, below) for c in T.inputs(rel)))
-
-
-def _has_aggregate(rel: T.Rel) -> bool:
-    return isinstance(rel, T.Aggregate) or any(_has_aggregate(c) for c in T.inputs(rel))
 
 
 def _create(name: str, query: exp.Query) -> exp.Create:
