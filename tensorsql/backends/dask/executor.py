@@ -33,7 +33,6 @@ from sqlglot import exp
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.dask import require_distributed
-from tensorsql.backends.duckdb import catalog as duck_catalog
 from tensorsql.backends.duckdb import sqlgen
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile import waves as W
@@ -368,24 +367,17 @@ class DaskExecutor:
         table = self.run_arrow(plan, bindings)
         view = f"_ts_save_{next(_ids)}"
         local = self.local
+        create = exp.Create(
+            this=exp.Table(this=sqlgen.ident(name)),
+            kind="TABLE",
+            expression=exp.select(exp.Star()).from_(view),
+            replace=replace,
+        )
+        entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
         with local._lock:
             local.con.register(view, table)
             try:
-                local.query(exp.Transaction(), "begin")
-                try:
-                    create = exp.Create(
-                        this=exp.Table(this=sqlgen.ident(name)),
-                        kind="TABLE",
-                        expression=exp.select(exp.Star()).from_(view),
-                        replace=replace,
-                    )
-                    local.query(create, f"save {name!r}")
-                    entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
-                    local.catalog.put(entry)
-                    local.query(exp.Commit(), "commit")
-                except BaseException:
-                    duck_catalog.rollback(local.con)
-                    raise
+                local.with_entry(entry, lambda: local.query(create, f"save {name!r}"))
             finally:
                 local.con.unregister(view)
         return name

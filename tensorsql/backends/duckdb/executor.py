@@ -369,15 +369,8 @@ class DuckDBExecutor:
                 if temporary:
                     self._run(st, fill)
                     return name
-                self.query(exp.Transaction(), "begin")
-                try:
-                    self._run(st, fill)
-                    entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
-                    self.catalog.put(entry)
-                    self.query(exp.Commit(), "commit")
-                except BaseException:
-                    catalog.rollback(self.con)
-                    raise
+                entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
+                self.with_entry(entry, lambda: self._run(st, fill))
                 return name
             except (KernelError, SQLExecutionError) as err:  # rolled back: a stored table to blame?
                 corrupt = self._blame(err, self._diagnosis(st, plan), what)
@@ -386,6 +379,19 @@ class DuckDBExecutor:
                 raise corrupt from err
             finally:
                 self._unbind(st)
+
+    def with_entry(self, entry: CatalogEntry, fill: Callable[[], object]) -> None:
+        """``fill()`` (which makes table ``entry.name``) and its catalog entry, in one transaction: both or
+        neither."""
+        with self._lock:
+            self.query(exp.Transaction(), "begin")
+            try:
+                fill()
+                self.catalog.put(entry)
+                self.query(exp.Commit(), "commit")
+            except BaseException:
+                catalog.rollback(self.con)
+                raise
 
     def ingest_rows(
         self, query: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
