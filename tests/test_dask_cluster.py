@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from equations import BLOCKING_CASES, EQUATIONS
 from test_einsum_numpy import BLOCKINGS, make_operands
+from test_waves import check_mixed_einsum
 from tolerance import assert_einsum_close
 
 distributed = pytest.importorskip("distributed")
@@ -33,15 +34,7 @@ def test_the_session_runs_on_a_local_cluster(cs):
 
 @pytest.mark.parametrize("case", EQUATIONS, ids=lambda c: c.id)
 def test_equations_on_the_cluster_match_numpy(cs, case):
-    ops = make_operands(case.shapes, np.float64, case.id, "cluster")
-    args = [
-        cs.from_numpy(o, block_shape=tuple(min(2, max(d, 1)) for d in o.shape))
-        if i % 2 == 0 and o.ndim
-        else o
-        for i, o in enumerate(ops)
-    ]
-    got = cs.einsum(case.subscripts, *args)
-    assert_einsum_close(got if isinstance(got, np.ndarray) else got.numpy(), case.subscripts, *ops)
+    check_mixed_einsum(cs, case, "cluster")
 
 
 @pytest.mark.parametrize("case", BLOCKING_CASES[::4], ids=lambda c: c.id)

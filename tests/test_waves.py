@@ -194,17 +194,22 @@ def test_blocked_cases_in_waves_match_numpy(waved, case, blocking):
     assert_einsum_close(saved.numpy(), case.subscripts, *ops)
 
 
-@pytest.mark.parametrize("case", EQUATIONS[::3], ids=lambda c: c.id)
-def test_equations_in_waves_match_numpy(waved, case):
-    ops = make_operands(case.shapes, np.float64, case.id, "mixed")
+def check_mixed_einsum(session: ts.Session, case, seed: str) -> None:
+    """``case`` (a shared equation) with every other operand a relation in blocks of 2, against numpy."""
+    ops = make_operands(case.shapes, np.float64, case.id, seed)
     args = [
-        waved.from_numpy(o, block_shape=tuple(min(2, max(d, 1)) for d in o.shape))
+        session.from_numpy(o, block_shape=tuple(min(2, max(d, 1)) for d in o.shape))
         if i % 2 == 0 and o.ndim
         else o
         for i, o in enumerate(ops)
     ]
-    got = waved.einsum(case.subscripts, *args)
+    got = session.einsum(case.subscripts, *args)
     assert_einsum_close(got if isinstance(got, np.ndarray) else got.numpy(), case.subscripts, *ops)
+
+
+@pytest.mark.parametrize("case", EQUATIONS[::3], ids=lambda c: c.id)
+def test_equations_in_waves_match_numpy(waved, case):
+    check_mixed_einsum(waved, case, "mixed")
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

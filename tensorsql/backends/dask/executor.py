@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import logging
 import math
 import sys
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 
 distributed = require_distributed()
+log = logging.getLogger("tensorsql")
 
 from tensorsql.backends.dask import worker as worker_side  # noqa: E402
 
@@ -339,8 +341,14 @@ class DaskExecutor:
         if not any(st.tasks for st in self.last_run):
             return
         counted: dict[str, int] = {}
-        for per_worker in self.client.run(worker_side.take_moved).values():
-            counted.update(per_worker)
+        try:  # a count is a report: a worker lost or restarting meanwhile never fails the query
+            answers = self.client.run(worker_side.take_moved, on_error="return")
+        except (OSError, distributed.comm.CommClosedError, TimeoutError) as exc:
+            log.info("tensorsql: could not collect the bytes moved: %s", exc)
+            answers = {}
+        for per_worker in answers.values():
+            if isinstance(per_worker, dict):
+                counted.update(per_worker)
         for st in self.last_run:
             st.moved, st.tasks = sum(counted.get(str(k), 0) for k in st.tasks), []
 

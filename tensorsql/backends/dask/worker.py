@@ -10,6 +10,7 @@ Dask's: task results, transfers).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
@@ -68,9 +69,14 @@ class TensorSQLWorker(distributed.WorkerPlugin):
 
     def teardown(self, worker: Any) -> None:
         executor = getattr(worker, ATTRIBUTE, None)
+        setattr(worker, ATTRIBUTE, None)
         if executor is not None:
-            executor.close()
-            setattr(worker, ATTRIBUTE, None)
+            try:
+                executor.close()
+            except Exception as exc:  # a query still running on it (a worker closing mid-task)
+                logging.getLogger("tensorsql").warning(
+                    "tensorsql: worker %s: could not close its DuckDB: %s", worker.address, exc
+                )
 
 
 def worker_executor() -> Any:
