@@ -65,7 +65,14 @@ def connect(
     if workers is not None or cluster is not None:
         return Session(
             _cluster_executor(
-                database, workers, threads_per_worker, cluster, read_only, memory_limit, max_block_bytes
+                database,
+                workers,
+                threads_per_worker,
+                cluster,
+                read_only,
+                memory_limit,
+                max_block_bytes,
+                progress,
             ),
             strategy=strategy,
         )
@@ -91,6 +98,7 @@ def _cluster_executor(
     read_only: bool,
     memory_limit: int | str | None,
     max_block_bytes: int | str | None,
+    progress: bool | None = None,
 ) -> Executor:
     """The Dask executor: a LocalCluster of ``workers`` processes it starts (and stops with the session), or
     the running cluster ``cluster`` names (a scheduler address or a ``distributed.Client``)."""
@@ -103,13 +111,13 @@ def _cluster_executor(
         client = dask_executor.attach(cluster)
         return dask_executor.DaskExecutor(
             client, own_client=not passed, database=database, read_only=read_only,
-            memory_limit=memory_limit, max_block_bytes=max_block_bytes,
+            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress,
         )
     client, local = dask_executor.start(workers, threads_per_worker, None)  # type: ignore[arg-type]
     try:
         return dask_executor.DaskExecutor(
             client, cluster=local, database=database, read_only=read_only,
-            memory_limit=memory_limit, max_block_bytes=max_block_bytes,
+            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress,
         )
     except BaseException:
         client.close()

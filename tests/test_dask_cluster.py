@@ -212,3 +212,23 @@ def test_from_numpy_spreads_a_small_array_over_the_workers(cs):
     np.testing.assert_array_equal(rel.numpy(), x)
     assert cs.from_numpy(x, block_shape=(6, 8)).block_shape == (6, 8)  # a blocking given is kept
     assert cs.executor.spread((1,), (1,)) == (1,) and cs.executor.spread((), ()) == ()
+
+
+def test_progress_shows_stages_and_parts_done(cs, monkeypatch):
+    import io
+
+    stream = io.StringIO()
+    x = np.random.default_rng(8).standard_normal((64, 64))
+    rel = cs.einsum("ij,jk,kl->il", cs.from_numpy(x, block_shape=(16, 16)), x, x)
+    rel.numpy()
+    for st in cs.executor.last_run:  # the last run's tasks, as a run in progress keeps them
+        assert st.futures == []
+    monkeypatch.setattr(cs.executor, "progress", True)
+    monkeypatch.setattr(DX.sys, "stderr", stream)
+    assert_einsum_close(rel.numpy(), "ij,jk,kl->il", x, x, x)
+    n = len(cs.executor.last_run)
+    assert stream.getvalue().rstrip().endswith(f"stages {n}/{n}, parts {_parts(cs)}/{_parts(cs)}")
+
+
+def _parts(s) -> int:
+    return sum(sum(st.parts.values()) for st in s.executor.last_run)

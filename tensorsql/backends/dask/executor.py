@@ -22,6 +22,7 @@ import itertools
 import logging
 import math
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,7 @@ from sqlglot import exp
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.dask import require_distributed
-from tensorsql.backends.duckdb import sqlgen
+from tensorsql.backends.duckdb import longrun, sqlgen
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile import waves as W
 from tensorsql.compile.plan import Plan
@@ -82,6 +83,8 @@ class StageReport:
     moved: int | None = None
     #: the keys of its tasks, until counted
     tasks: list[str] = field(default_factory=list, repr=False)
+    #: its tasks, while the run is followed (progress)
+    futures: list[Any] = field(default_factory=list, repr=False)
 
 
 def _box(table: pa.Table, keys: tuple[str, ...]) -> Box:
@@ -183,8 +186,11 @@ class DaskExecutor:
         read_only: bool = False,
         memory_limit: int | str | None = None,
         max_block_bytes: int | str | None = None,
+        progress: bool | None = None,
     ) -> None:
         self.client = client
+        #: a line of stages and parts done while a query runs (None: when stderr is a terminal)
+        self.progress = progress
         self._cluster = cluster
         #: close the client with the session (not a Client the caller passed in)
         self._own_client = own_client
@@ -331,9 +337,25 @@ class DaskExecutor:
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], *, keep: bool = False
     ) -> pa.Table:
         rel = self._execute(plan, bindings)
+        if longrun.progress_enabled(self.progress):
+            self._show_progress(sys.stderr)
         tables = self.client.gather([p.future for p in rel.parts])
         self._count_moved()
         return pa.concat_tables(tables) if tables else _empty(rel.schema)
+
+    def _show_progress(self, stream: Any, every: float = 0.25) -> None:
+        """Until the last run's tasks are done: a line on ``stream`` of stages done / total and parts done."""
+        stages = [st.futures for st in self.last_run]
+        total = sum(len(f) for f in stages)
+        while True:
+            done = [sum(f.done() for f in futures) for futures in stages]
+            finished = sum(d == len(f) for d, f in zip(done, stages, strict=True))
+            stream.write(f"\rtensorsql: stages {finished}/{len(stages)}, parts {sum(done)}/{total}")
+            stream.flush()
+            if sum(done) == total:
+                stream.write("\n")
+                return
+            time.sleep(every)
 
     def _count_moved(self) -> None:
         """Each stage's bytes read from other workers, as its tasks counted them where they ran (an input
@@ -350,7 +372,7 @@ class DaskExecutor:
             if isinstance(per_worker, dict):
                 counted.update(per_worker)
         for st in self.last_run:
-            st.moved, st.tasks = sum(counted.get(str(k), 0) for k in st.tasks), []
+            st.moved, st.tasks, st.futures = sum(counted.get(str(k), 0) for k in st.tasks), [], []
 
     def store(
         self,
@@ -501,6 +523,7 @@ class _Run(W.Stager):
                 run_part, part, inputs, keys, workers=[addr], allow_other_workers=True, pure=False
             )
             report.tasks.append(fut.key)
+            report.futures.append(fut)
             box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
             out.parts.append(Part(fut, box, addr))
             per[addr] = per.get(addr, 0) + 1
