@@ -51,6 +51,8 @@ from tensorsql.backends.dask import worker as worker_side  # noqa: E402
 _ids = itertools.count()
 #: seconds per byte a block moving between workers costs (Arrow over TCP between local processes: ~1 GB/s)
 NET_BYTE = 1e-9
+#: seconds a run waits for a cluster without workers to get one
+WORKER_WAIT = 30
 #: parts per worker a stage's output is cut into (more parts than workers evens out uneven parts)
 PARTS_PER_WORKER = 2
 
@@ -220,8 +222,17 @@ class DaskExecutor:
 
     # -- the cluster ------------------------------------------------------------------------------------
     def _workers(self) -> dict[str, int]:
-        info = self.client.scheduler_info(n_workers=-1)["workers"]
-        return {addr: int(w.get("nthreads", 1)) for addr, w in sorted(info.items())}
+        """{address: threads} of the workers now, asked of the scheduler (the Client's cached
+        ``scheduler_info`` can lag behind, even show none); a cluster with none for ``WORKER_WAIT`` seconds
+        is a ConfigError."""
+        workers = self.client.nthreads()
+        if not workers:
+            try:
+                self.client.wait_for_workers(1, timeout=WORKER_WAIT)
+            except (TimeoutError, OSError) as exc:
+                raise ConfigError(f"the Dask cluster has no workers (waited {WORKER_WAIT} s)") from exc
+            workers = self.client.nthreads()
+        return {addr: int(n) for addr, n in sorted(workers.items())}
 
     @property
     def workers(self) -> int:
