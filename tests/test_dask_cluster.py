@@ -232,3 +232,17 @@ def test_progress_shows_stages_and_parts_done(cs, monkeypatch):
 
 def _parts(s) -> int:
     return sum(sum(st.parts.values()) for st in s.executor.last_run)
+
+
+def test_parts_are_cut_finer_to_fit_a_workers_memory(cs, monkeypatch):
+    """Each part's blocks must fit its worker's DuckDB (its wave budget): a small budget gives more parts,
+    and the same answer."""
+    rng = np.random.default_rng(9)
+    x, y = rng.standard_normal((128, 96)), rng.standard_normal((96, 128))
+    X, Y = cs.from_numpy(x, block_shape=(16, 16)), cs.from_numpy(y, block_shape=(16, 16))
+    rel = cs.einsum("ij,jk->ik", X, Y, strategy="operands")
+    rel.numpy()
+    coarse = sum(cs.executor.last_run[-1].parts.values())
+    monkeypatch.setattr(cs.executor, "_budget", 32 << 10)  # 32 KiB: a few 2 KiB blocks per part
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+    assert sum(cs.executor.last_run[-1].parts.values()) > coarse

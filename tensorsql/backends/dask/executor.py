@@ -212,6 +212,7 @@ class DaskExecutor:
         self.profile = dataclasses.replace(self.local.profile, split_flops=0.0, join_byte=NET_BYTE)
         self.closed = False
         self._rels: dict[str, DistRel] = {}
+        self._budget: int | None = None
         #: the stages of the last run (``notes``, tests)
         self.last_run: list[StageReport] = []
         try:
@@ -233,6 +234,14 @@ class DaskExecutor:
                 raise ConfigError(f"the Dask cluster has no workers (waited {WORKER_WAIT} s)") from exc
             workers = self.client.nthreads()
         return {addr: int(n) for addr, n in sorted(workers.items())}
+
+    def wave_budget(self) -> int:
+        """The smallest wave budget of the workers' DuckDBs: bytes of blocks one part may hold at once."""
+        if self._budget is None:
+            budgets = self.client.run(worker_side.wave_budget, on_error="return").values()
+            known = [b for b in budgets if isinstance(b, int)]
+            self._budget = min(known) if known else 1 << 62
+        return self._budget
 
     @property
     def workers(self) -> int:
@@ -479,6 +488,7 @@ class _Run(W.Stager):
         self.ex = ex
         self.rels = rels
         self.addrs = list(ex._workers())
+        self.budget = ex.wave_budget()
         self.reports: list[StageReport] = []
 
     def store(
@@ -498,8 +508,10 @@ class _Run(W.Stager):
 
     def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
         """Cut counts giving ~PARTS_PER_WORKER parts per worker: the free label with most blocks left is
-        halved first; summed labels only when the free ones run out."""
+        halved first; summed labels only when the free ones run out. Then finer where a part would not fit
+        a worker's wave budget (``waves.choose_cuts``: its DuckDB holds a part's blocks at once)."""
         want = PARTS_PER_WORKER * len(self.addrs)
+        fit = W.choose_cuts(rel, space, self.budget, free)
         cuts = {k: 1 for k in space}
         for allowed in ([k for k in space if k in free], list(space)):
             while W.count(cuts, space) < want:
@@ -508,7 +520,7 @@ class _Run(W.Stager):
                     break
                 k = max(left, key=lambda lab: (space[lab] / cuts[lab], lab))
                 cuts[k] = min(space[k], cuts[k] * 2)
-        return cuts
+        return {k: max(cuts[k], fit[k]) for k in space}
 
     def stage(
         self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str

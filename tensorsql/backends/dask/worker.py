@@ -121,3 +121,9 @@ def take_moved(dask_worker: Any) -> dict[str, int]:
     moved = getattr(dask_worker, MOVED, None) or {}
     setattr(dask_worker, MOVED, {})
     return dict(moved)
+
+
+def wave_budget(dask_worker: Any) -> int | None:
+    """``client.run`` target: the wave budget of the worker's DuckDB (None before the plugin set it up)."""
+    executor = getattr(dask_worker, ATTRIBUTE, None)
+    return None if executor is None or executor.closed else int(executor.wave_budget)
