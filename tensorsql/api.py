@@ -113,7 +113,7 @@ def _cluster_executor(
             client, own_client=not passed, database=database, read_only=read_only,
             memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress,
         )
-    client, local = dask_executor.start(workers, threads_per_worker, None)  # type: ignore[arg-type]
+    client, local = dask_executor.start(workers, threads_per_worker)  # type: ignore[arg-type]
     try:
         return dask_executor.DaskExecutor(
             client, cluster=local, database=database, read_only=read_only,

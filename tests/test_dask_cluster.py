@@ -15,6 +15,7 @@ distributed = pytest.importorskip("distributed")
 
 import tensorsql as ts  # noqa: E402
 from tensorsql.backends.dask import executor as DX  # noqa: E402
+from tensorsql.backends.dask import worker as W  # noqa: E402
 from tensorsql.errors import ConfigError  # noqa: E402
 
 
@@ -246,3 +247,25 @@ def test_parts_are_cut_finer_to_fit_a_workers_memory(cs, monkeypatch):
     monkeypatch.setattr(cs.executor, "_budget", 32 << 10)  # 32 KiB: a few 2 KiB blocks per part
     assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
     assert sum(cs.executor.last_run[-1].parts.values()) > coarse
+
+
+def _kernel_limit(dask_worker, limit: int | None) -> None:
+    """Sets the worker's kernel budget (None: back to its session's memory_limit)."""
+    from udf_kernels import control
+
+    ex = getattr(dask_worker, W.ATTRIBUTE)
+    limit = ex.memory_limit if limit is None else limit
+    control.set_memory_limit(ex.kernels, control.db_token(ex.con), limit)
+
+
+def test_an_error_on_a_worker_reaches_the_client_typed(cs):
+    """A kernel that runs out of its budget on a worker: the client gets OutOfMemoryError, not DuckDB's."""
+    x = np.random.default_rng(10).standard_normal((64, 64))
+    rel = cs.einsum("ij,jk->ik", cs.from_numpy(x, block_shape=(32, 32)), x, blocks={"i": 2, "j": 2, "k": 2})
+    cs.client.run(_kernel_limit, limit=1024)
+    try:
+        with pytest.raises(ts.OutOfMemoryError, match="out of memory"):
+            rel.numpy()
+    finally:
+        cs.client.run(_kernel_limit, limit=None)
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, x)

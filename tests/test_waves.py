@@ -129,7 +129,7 @@ def test_cuts_keep_to_the_result_labels_when_those_suffice(s):
     assert total == 3 * 64 * 64 * 8
     cuts = W.choose_cuts(agg, space, total // 3, set(agg.schema.keys))
     assert cuts["j"] == 1 and cuts["i"] * cuts["k"] > 1
-    assert W.footprint(agg, W._largest(cuts, space)) <= total // 3
+    assert W.footprint(agg, W.largest(cuts, space)) <= total // 3
 
 
 def test_a_small_result_of_big_inputs_is_cut_along_the_summed_label(s):

@@ -150,7 +150,7 @@ def split(nblocks: int, parts: int) -> list[tuple[int, int]]:
     return [(bounds[i], bounds[i + 1] - 1) for i in range(parts) if bounds[i + 1] > bounds[i]]
 
 
-def _largest(cuts: Mapping[str, int], space: Mapping[str, int]) -> dict[str, tuple[int, int]]:
+def largest(cuts: Mapping[str, int], space: Mapping[str, int]) -> dict[str, tuple[int, int]]:
     """The first wave of ``cuts``: as large as any (ranges are near-equal, the first rounds up)."""
     return {k: max(split(space[k], c), key=lambda r: r[1] - r[0]) for k, c in cuts.items() if c > 1}
 
@@ -170,7 +170,7 @@ def choose_cuts(
             best: tuple[int, str] | None = None
             for k in allowed:
                 if cuts[k] < space[k]:
-                    got = footprint(rel, _largest({**cuts, k: min(space[k], cuts[k] * 2)}, space))
+                    got = footprint(rel, largest({**cuts, k: min(space[k], cuts[k] * 2)}, space))
                     best = min(best or (got, k), (got, k))
             if best is None or best[0] >= now:
                 break

@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +37,7 @@ from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.dask import require_distributed
 from tensorsql.backends.duckdb import longrun, sqlgen
+from tensorsql.backends.duckdb.errors import wrap
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile import waves as W
 from tensorsql.compile.plan import Plan
@@ -61,12 +63,11 @@ Box = dict[str, tuple[int, int]]
 
 @dataclass
 class Part:
-    """One partition of a distributed relation: a future of an Arrow table on ``worker``, and the box of
-    its block keys (first, last) per key."""
+    """One partition of a distributed relation: a future of an Arrow table held on a worker, and the box
+    of its block keys (first, last) per key."""
 
     future: Any
     box: Box
-    worker: str
 
 
 @dataclass
@@ -137,6 +138,8 @@ def run_part(
             rename[name] = view
         query = sqlgen.to_ast(_renamed(rel, rename), checks=False)
         return cur.sql(sqlgen.sql_text(query)).to_arrow_table()
+    except duckdb.Error as exc:  # a kernel's error, out of memory, ...: the typed error, raised at the client
+        raise wrap(exc, "einsum") from exc
     finally:
         cur.close()
 
@@ -145,12 +148,6 @@ def _renamed(rel: T.Rel, rename: Mapping[str, str]) -> T.Rel:
     if isinstance(rel, T.Scan):
         return T.Scan(rel.schema, rename[rel.table]) if rel.table in rename else rel
     return T.with_inputs(rel, tuple(_renamed(c, rename) for c in T.inputs(rel)))
-
-
-def _scans(rel: T.Rel) -> list[T.Scan]:
-    if isinstance(rel, T.Scan):
-        return [rel]
-    return [s for c in T.inputs(rel) for s in _scans(c)]
 
 
 def _leaf_ranges(rel: T.Rel) -> list[tuple[str, dict[str, tuple[int, int]]]]:
@@ -278,7 +275,7 @@ class DaskExecutor:
             # a task holding its piece, not scattered data: a worker lost mid-query gets its pieces made
             # again elsewhere from the task (scattered data would be gone, and its dependents would wait)
             fut = self.client.submit(_piece, piece, workers=[addr], allow_other_workers=True, pure=False)
-            rel.parts.append(Part(fut, _box(piece, schema.keys), addr))
+            rel.parts.append(Part(fut, _box(piece, schema.keys)))
         return rel
 
     def upload(
@@ -320,7 +317,7 @@ class DaskExecutor:
         partitioned over the workers."""
         local = self.local.ingest_rows(query, shape, block_shape, dtype)
         try:
-            table = self.local.con.sql(sqlgen.sql_text(exp.select(exp.Star()).from_(local))).to_arrow_table()
+            table = self._read_local(local, "from_sql")
         finally:
             self.local.drop(local)
         return self.upload(table, (shape, block_shape, dtype), verified=True)
@@ -432,15 +429,22 @@ class DaskExecutor:
                 local.con.unregister(view)
         return name
 
+    def _read_local(self, table: str, what: str) -> pa.Table:
+        """All rows of a table of the session's own database, as Arrow (a DuckDB error typed)."""
+        query = sqlgen.sql_text(exp.select(exp.Star()).from_(exp.Table(this=sqlgen.ident(table))))
+        with self.local._lock:
+            try:
+                return self.local.con.sql(query).to_arrow_table()
+            except duckdb.Error as exc:
+                raise wrap(exc, what) from exc
+
     def _source(self, scan: T.Scan, temps: dict[str, DistRel]) -> str:
         """The distributed relation a Scan reads: one of ours, or a saved table read from the session's
         database and partitioned (checked on the way, as any stored table is)."""
         if scan.table in self._rels or scan.table in temps:
             return scan.table
         s = scan.schema
-        table = self.local.con.sql(
-            sqlgen.sql_text(exp.select(exp.Star()).from_(exp.Table(this=sqlgen.ident(scan.table))))
-        ).to_arrow_table()
+        table = self._read_local(scan.table, f"table {scan.table!r}")
         shape = tuple(s.sizes[k] for k in s.keys)
         blocks = tuple(s.blocks[k] for k in s.keys)
         arrow.check_blocks(table, shape, blocks, s.dtype)
@@ -548,20 +552,20 @@ class _Run(W.Stager):
             report.tasks.append(fut.key)
             report.futures.append(fut)
             box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
-            out.parts.append(Part(fut, box, addr))
+            out.parts.append(Part(fut, box))
             per[addr] = per.get(addr, 0) + 1
         self.reports.append(report)
         return out
 
 
-def start(workers: int, threads_per_worker: int, memory_limit: int | str | None) -> tuple[Any, Any]:
-    """A LocalCluster of ``workers`` processes and its Client; prints the dashboard's address."""
+def start(workers: int, threads_per_worker: int) -> tuple[Any, Any]:
+    """A LocalCluster of ``workers`` processes (Dask's default memory limit each: the machine's memory
+    shared among them) and its Client; prints the dashboard's address."""
     for value, what in ((workers, "workers"), (threads_per_worker, "threads_per_worker")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{what}={value!r} must be a positive int")
-    kw: dict[str, Any] = {"memory_limit": memory_limit} if memory_limit is not None else {}
     cluster = distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=threads_per_worker, processes=True, dashboard_address=":0", **kw
+        n_workers=workers, threads_per_worker=threads_per_worker, processes=True, dashboard_address=":0"
     )
     client = distributed.Client(cluster)
     print(f"tensorsql: Dask dashboard at {cluster.dashboard_link}", file=sys.stderr)

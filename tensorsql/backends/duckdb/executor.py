@@ -603,7 +603,8 @@ class DuckDBExecutor:
         ]
 
     def _staged(self, st: _Statement, plan: Plan) -> StagedRun:
-        return StagedRun(self.con, self._binder(st, plan), self._must_check, self.wave_budget, self._stages)
+        bind = self._binder(st, plan)
+        return StagedRun(self.con, bind, self._must_check, self.wave_budget, self._stages, self.drop)
 
     def _diagnosis(self, st: _Statement, plan: Plan) -> list[str]:
         """The texts of ``sqlgen.diagnosis`` for the plan (made once)."""

@@ -10,7 +10,6 @@ tables) and dropped when the run ends, whatever happens.
 from __future__ import annotations
 
 import itertools
-import logging
 from collections.abc import Callable, Iterator, Mapping
 
 import duckdb
@@ -20,8 +19,6 @@ from sqlglot import exp
 from tensorsql.backends.duckdb import sqlgen
 from tensorsql.compile import waves as W
 from tensorsql.ir import tra as T
-
-log = logging.getLogger("tensorsql")
 
 _ids = itertools.count()
 
@@ -36,6 +33,7 @@ class StagedRun(W.Stager):
         checks: Callable[[T.Scan], bool],
         budget: int,
         own: set[str],
+        drop: Callable[[str], None],
     ) -> None:
         super().__init__()
         self.con = con
@@ -44,6 +42,8 @@ class StagedRun(W.Stager):
         #: the executor's set of stage tables (its ``_must_check`` skips them); ours are added and removed
         self.own = own
         self.checks = checks
+        #: drops a table, logging a failure (``DuckDBExecutor.drop``)
+        self.drop = drop
         self.tables: list[str] = []
         #: queries run, for explain-like reports and tests
         self.queries = 0
@@ -53,11 +53,7 @@ class StagedRun(W.Stager):
 
     def __exit__(self, *exc: object) -> None:
         for name in self.tables:
-            drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
-            try:
-                self.con.execute(sqlgen.sql_text(drop)).fetchall()
-            except duckdb.Error as err:
-                log.warning("tensorsql: could not drop stage table %s: %s", name, err)
+            self.drop(name)
             self.own.discard(name)
 
     # -- stages -------------------------------------------------------------------------------------------
@@ -90,7 +86,7 @@ class StagedRun(W.Stager):
         rel = self.top(root)
         space = {k: root.schema.nblocks(k) for k in root.schema.keys}
         cuts = W.choose_cuts(rel, space, self.budget, set(space))
-        if W.footprint(rel, W._largest(cuts, space)) > self.budget and W.has_aggregate(rel):
+        if W.footprint(rel, W.largest(cuts, space)) > self.budget and W.has_aggregate(rel):
             rel = self.below(rel)
             cuts = W.choose_cuts(rel, space, self.budget, set(space))
         for ranges in W.waves(cuts, space):
