@@ -1,6 +1,7 @@
 """The paper's matrix chains (A x B) + (C x (D x E)) on a local Dask cluster (issue 14), side by side:
-tensorsql on the cluster with each strategy (time, bytes its stages read from other workers, the planner's
-modelled cost), ``dask.array`` on the same workers (dask's own chunks and hand-chosen ones), and
+tensorsql on the cluster with each strategy (time; the bytes fed to its kernel calls as the planner's cost
+model counts them and as the workers measured them, and of those the bytes that came from other workers;
+the planner's modelled cost), ``dask.array`` on the same workers (dask's own chunks and hand-chosen ones), and
 single-process tensorsql on the same machine.
 
 Run: ``python -m benchmarks.cluster [--workers 2,4] [--s-square 1024] [--s-skewed 2000] [--repeat 3]``.
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--s-skewed", type=int, default=2000)
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
-    warnings.filterwarnings("ignore", message=".*(Large object|Increasing number of chunks).*")
+    warnings.filterwarnings("ignore", message=".*(Large object|Increasing number of chunks|Sending large).*")
     rng = np.random.default_rng(0)
     cases = {
         kind: {k: rng.standard_normal(sh).astype(np.float32) for k, sh in shapes(kind, size).items()}
@@ -62,17 +63,26 @@ def main(argv: list[str] | None = None) -> None:
             for kind, arrays in cases.items():
                 want = arrays["A"] @ arrays["B"] + arrays["C"] @ (arrays["D"] @ arrays["E"])
                 print(f"\n{kind} chain, {workers} workers x 1 thread, p={cs.p}")
-                print(f"  {'run':28s} {'time (s)':>9s} {'moved (MB)':>11s} {'model cost':>11s}")
+                print(
+                    f"  {'run':28s} {'time (s)':>9s} {'model MB':>9s} {'fed MB':>8s} {'fed/model':>9s} "
+                    f"{'network MB':>10s} {'model cost':>11s}"
+                )
                 times = {}
                 for strategy in STRATEGIES:
                     rels = {k: cs.from_numpy(v) for k, v in arrays.items()}
                     rel = chain(cs, rels, strategy)
                     secs, out = _best(rel.numpy, args.repeat)
                     np.testing.assert_allclose(out, want, rtol=2e-3, atol=2e-2 * np.abs(want).max())
-                    moved = sum(st.moved or 0 for st in cs.executor.last_run) / 1e6
+                    stages = cs.executor.last_run
+                    model = sum(st.modelled for st in stages) / 1e6
+                    fed = sum(st.fed or 0 for st in stages) / 1e6
+                    moved = sum(st.moved or 0 for st in stages) / 1e6
                     times[strategy] = secs
                     cost = rel.plan().info.cost or 0.0
-                    print(f"  tensorsql {strategy:18s} {secs:9.3f} {moved:11.2f} {cost:11.4e}")
+                    print(
+                        f"  tensorsql {strategy:18s} {secs:9.3f} {model:9.2f} {fed:8.2f} {fed / model:9.3f} "
+                        f"{moved:10.2f} {cost:11.4e}"
+                    )
                 auto = _dask_array(cs.client, arrays, "auto", args.repeat)
                 side = max(1, max(arrays["A"].shape) // 2)  # half the chain's long side
                 hand = _dask_array(cs.client, arrays, (side, side), args.repeat)

@@ -47,6 +47,8 @@ def connect(
     workers: int | None = None,
     threads_per_worker: int = 1,
     cluster: object = None,
+    worker_memory_limit: int | str | None = None,
+    spill: bool = False,
 ) -> Session:
     """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing).
 
@@ -73,9 +75,14 @@ def connect(
                 memory_limit,
                 max_block_bytes,
                 progress,
+                worker_memory_limit,
+                spill,
             ),
             strategy=strategy,
         )
+    for value, what in ((worker_memory_limit, "worker_memory_limit"), (spill, "spill")):
+        if value not in (None, False):
+            raise ConfigError(f"{what}= is for a cluster session (workers= or cluster=)")
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
     executor = DuckDBExecutor(
@@ -99,11 +106,18 @@ def _cluster_executor(
     memory_limit: int | str | None,
     max_block_bytes: int | str | None,
     progress: bool | None = None,
+    worker_memory_limit: int | str | None = None,
+    spill: bool = False,
 ) -> Executor:
     """The Dask executor: a LocalCluster of ``workers`` processes it starts (and stops with the session), or
     the running cluster ``cluster`` names (a scheduler address or a ``distributed.Client``)."""
     if workers is not None and cluster is not None:
         raise ConfigError("give workers= (start a local cluster) or cluster= (attach to one), not both")
+    if not isinstance(spill, bool):
+        raise ConfigError(f"spill={spill!r} must be a bool")
+    if cluster is not None and worker_memory_limit is not None:
+        raise ConfigError("worker_memory_limit= sizes the workers a local cluster starts; an attached "
+                          "cluster's workers have their own (dask worker --memory-limit)")
     from tensorsql.backends.dask import executor as dask_executor
 
     if cluster is not None:
@@ -111,13 +125,13 @@ def _cluster_executor(
         client = dask_executor.attach(cluster)
         return dask_executor.DaskExecutor(
             client, own_client=not passed, database=database, read_only=read_only,
-            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress,
+            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress, spill=spill,
         )
-    client, local = dask_executor.start(workers, threads_per_worker)  # type: ignore[arg-type]
+    client, local = dask_executor.start(workers, threads_per_worker, worker_memory_limit)  # type: ignore[arg-type]
     try:
         return dask_executor.DaskExecutor(
             client, cluster=local, database=database, read_only=read_only,
-            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress,
+            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress, spill=spill,
         )
     except BaseException:
         client.close()

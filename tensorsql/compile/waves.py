@@ -43,6 +43,11 @@ def _rows(schema: T.Schema, ranges: Ranges) -> int:
     return n
 
 
+def box_bytes(schema: T.Schema, ranges: Ranges) -> int:
+    """Bytes of ``schema``'s blocks within ``ranges`` (dense: edge blocks whole, as the planner counts)."""
+    return _rows(schema, ranges) * _block_bytes(schema)
+
+
 def _relevant(schema: T.Schema, ranges: Ranges) -> dict[str, tuple[int, int]]:
     """The ranges that keep fewer than all of ``schema``'s blocks along a key it has."""
     return {

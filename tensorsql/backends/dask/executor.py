@@ -2,13 +2,16 @@
 worker over its blocks.
 
 A *distributed relation* is a list of partitions, each an Arrow table of blocks (key columns, ``tensor``)
-held on one worker as a Dask future, with the bounding box of its block keys. A plan runs in stages
-(``compile.waves``' cut of a TRA plan): every aggregation is a stage whose output keys are cut into parts,
-about two per worker; a part's task runs on its worker the plan restricted to the part's keys
-(``waves.restrict``), over only the input partitions whose boxes meet the restriction, which Dask moves
-there worker to worker. A stage whose result has too few blocks to share (a dot product) is also cut along
-a summed label, and its partial blocks are combined by one more stage. The client submits tasks and
-collects only the final result.
+held on one worker as a Dask future, with the bounding box of its block keys; a relation made here has a
+partition per block. A plan runs in stages (``compile.waves``' cut of a TRA plan): every aggregation is a
+stage, and its tasks are the planner's kernel calls: one per combination of the blocks of every label the
+step joins (EinDecomp chose those blocks for p = the cluster's threads), merged where there are more than
+``CALLS_PER_THREAD`` per thread. A task runs on its worker the plan restricted to its blocks
+(``waves.restrict``), over only the input partitions it reads, which Dask moves there worker to worker.
+A task that owns a range of a summed label makes partial blocks, which one more stage combines, each group
+on a worker that holds one of its partials (the paper's aggregation cost). Tasks are placed on the worker
+that already holds most of the bytes they read, at most an even share per worker. The client submits tasks
+and collects only the final result.
 
 The session's own database (``database=``, a DuckDB with the kernels, in this process) is its catalog:
 ``save()`` keeps a tensor's blocks there, so no worker's loss loses it; ``table()`` reads it back and
@@ -23,6 +26,7 @@ import logging
 import math
 import sys
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +40,7 @@ from sqlglot import exp
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.dask import require_distributed
-from tensorsql.backends.duckdb import longrun, sqlgen
+from tensorsql.backends.duckdb import longrun, memory, sqlgen
 from tensorsql.backends.duckdb.errors import wrap
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile import waves as W
@@ -55,39 +59,64 @@ _ids = itertools.count()
 NET_BYTE = 1e-9
 #: seconds a run waits for a cluster without workers to get one
 WORKER_WAIT = 30
-#: parts per worker a stage's output is cut into (more parts than workers evens out uneven parts)
-PARTS_PER_WORKER = 2
+#: kernel calls (tasks) per cluster thread a stage keeps before merging neighbouring ones
+CALLS_PER_THREAD = 1
+#: partitions per worker a relation is cut into at most (one per block below that)
+PIECES_PER_WORKER = 64
 
 Box = dict[str, tuple[int, int]]
 
 
 @dataclass
 class Part:
-    """One partition of a distributed relation: a future of an Arrow table held on a worker, and the box
-    of its block keys (first, last) per key."""
+    """One partition of a distributed relation: a future of an Arrow table held on a worker, the box of its
+    block keys (first, last) per key, the worker it was placed on and its bytes (dense, for a stage's)."""
 
     future: Any
     box: Box
+    worker: str | None = None
+    nbytes: int = 0
 
 
 @dataclass
 class DistRel:
+    """``columns``: the key columns of the parts' tables by key of ``schema`` where they differ (a stage's
+    result read under the names of a rename above it, without a stage of its own)."""
+
     schema: T.Schema
     parts: list[Part] = field(default_factory=list)
+    columns: dict[str, str] | None = None
+
+    def named(self, table: pa.Table) -> pa.Table:
+        """A part's table with the schema's key names."""
+        if not self.columns:
+            return table
+        return pa.table(
+            {**{k: table.column(self.columns[k]) for k in self.schema.keys}, "tensor": table["tensor"]}
+        )
 
 
 @dataclass
 class StageReport:
-    """What one stage did: its node, parts per worker, and the bytes its tasks read from partitions held
-    on other workers (``explain`` and tests read these; ``moved`` is counted once the stage has run)."""
+    """What one stage did: its node and tasks per worker with their blocks; ``modelled``: the bytes its
+    kernel calls read as the planner's cost model counts them (every block a call reads, dense); ``fed``
+    and ``moved``: the bytes its tasks were given, and of those the bytes Dask brought from other workers,
+    as each task counted them where it ran (known once the stage has run)."""
 
     what: str
     parts: dict[str, int]
+    blocks: dict[str, list[str]] = field(default_factory=dict)
+    modelled: int = 0
+    fed: int | None = None
     moved: int | None = None
     #: the keys of its tasks, until counted
     tasks: list[str] = field(default_factory=list, repr=False)
     #: its tasks, while the run is followed (progress)
     futures: list[Any] = field(default_factory=list, repr=False)
+
+
+#: tasks per worker ``explain`` lists by their blocks
+SHOWN_TASKS = 8
 
 
 def _box(table: pa.Table, keys: tuple[str, ...]) -> Box:
@@ -119,29 +148,30 @@ def _piece(table: pa.Table) -> pa.Table:
 
 
 def run_part(
-    rel: T.Rel, inputs: dict[str, tuple[T.Schema, list[pa.Table]]], keys: dict[str, list[str]]
+    sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: list[list[str]]
 ) -> pa.Table:
-    """On a worker: ``rel`` (a stage restricted to one part) over its inputs, the partitions of each Scan's
-    relation that this part needs (Dask brought them here), registered as views of a fresh cursor of the
-    worker's DuckDB; returns the part's blocks. ``keys``: the inputs' Dask keys, to count the bytes that
-    came from other workers (``worker.moved``)."""
+    """On a worker: one task of a stage, the SQL of the stage restricted to the task's blocks (made at the
+    client, once per plan: ``_Run.sql``), over its inputs: the partitions of each relation it reads
+    (``rels``, sent without their parts) that Dask brought here, registered as the views ``_ts_in_0``,
+    ``_ts_in_1``, ... of a fresh cursor of the worker's DuckDB. Returns the task's blocks. ``keys``: the
+    inputs' Dask keys, to count the bytes that came from other workers (``worker.count_moved``)."""
     ex = worker_side.worker_executor()
-    worker_side.count_moved(
-        [(k, t) for name, (_, tables) in inputs.items() for k, t in zip(keys[name], tables, strict=True)]
-    )
+    pairs = zip(inputs, keys, strict=True)
+    worker_side.count_moved([(k, t) for tables, ks in pairs for k, t in zip(ks, tables, strict=True)])
     cur = ex.con.cursor()
     try:
-        rename: dict[str, str] = {}
-        for name, (schema, tables) in inputs.items():
-            view = f"_ts_in_{next(_ids)}"
-            cur.register(view, pa.concat_tables(tables) if tables else _empty(schema))
-            rename[name] = view
-        query = sqlgen.to_ast(_renamed(rel, rename), checks=False)
-        return cur.sql(sqlgen.sql_text(query)).to_arrow_table()
+        for i, (dist, tables) in enumerate(zip(rels, inputs, strict=True)):
+            named = [dist.named(t) for t in tables]
+            cur.register(_view(i), pa.concat_tables(named) if named else _empty(dist.schema))
+        return cur.sql(sql).to_arrow_table()
     except duckdb.Error as exc:  # a kernel's error, out of memory, ...: the typed error, raised at the client
         raise wrap(exc, "einsum") from exc
     finally:
         cur.close()
+
+
+def _view(i: int) -> str:
+    return f"_ts_in_{i}"
 
 
 def _renamed(rel: T.Rel, rename: Mapping[str, str]) -> T.Rel:
@@ -186,6 +216,7 @@ class DaskExecutor:
         memory_limit: int | str | None = None,
         max_block_bytes: int | str | None = None,
         progress: bool | None = None,
+        spill: bool = False,
     ) -> None:
         self.client = client
         #: a line of stages and parts done while a query runs (None: when stderr is a terminal)
@@ -210,10 +241,12 @@ class DaskExecutor:
         self.closed = False
         self._rels: dict[str, DistRel] = {}
         self._budget: int | None = None
-        #: the stages of the last run (``notes``, tests)
-        self.last_run: list[StageReport] = []
+        #: the stages of the last run (``last_run``: counted when first read)
+        self._last_run: list[StageReport] = []
+        #: per plan, the SQL of its stages' tasks (``_Run.sql``): a plan run again sends the same text
+        self._sql: weakref.WeakKeyDictionary[Plan, dict[tuple, str]] = weakref.WeakKeyDictionary()
         try:
-            client.register_plugin(worker_side.TensorSQLWorker(), name=worker_side.NAME)
+            client.register_plugin(worker_side.TensorSQLWorker(spill=spill), name=worker_side.NAME)
         except Exception as exc:
             self.local.close()
             raise ConfigError(f"cannot set up tensorsql on the Dask workers: {exc}") from exc
@@ -260,10 +293,14 @@ class DaskExecutor:
 
     # -- distributed relations ----------------------------------------------------------------------------
     def _scatter(self, table: pa.Table, schema: T.Schema) -> DistRel:
-        """A table's rows cut into contiguous pieces, one per worker, each scattered to its worker."""
+        """A table's blocks in key order, a partition per block (contiguous runs of blocks past
+        ``PIECES_PER_WORKER`` per worker), an equal run of them per worker: neighbouring blocks, which the
+        contiguous key ranges of a stage's tasks read together, share a worker."""
         addrs = list(self._workers())
+        if schema.keys and table.num_rows > 1:
+            table = table.take(pc.sort_indices(table, [(k, "ascending") for k in schema.keys]))
         n = table.num_rows
-        pieces = max(1, min(len(addrs), n))
+        pieces = max(1, min(n, PIECES_PER_WORKER * len(addrs)))
         rel = DistRel(schema)
         for i in range(pieces):
             lo, hi = i * n // pieces, (i + 1) * n // pieces
@@ -271,11 +308,11 @@ class DaskExecutor:
             piece = table.take(pa.array(np.arange(lo, hi, dtype=np.int64)))
             if piece.num_rows == 0 and n:
                 continue
-            addr = addrs[i % len(addrs)]
+            addr = addrs[i * len(addrs) // pieces]
             # a task holding its piece, not scattered data: a worker lost mid-query gets its pieces made
             # again elsewhere from the task (scattered data would be gone, and its dependents would wait)
             fut = self.client.submit(_piece, piece, workers=[addr], allow_other_workers=True, pure=False)
-            rel.parts.append(Part(fut, _box(piece, schema.keys)))
+            rel.parts.append(Part(fut, _box(piece, schema.keys), addr, int(piece.nbytes)))
         return rel
 
     def upload(
@@ -334,12 +371,21 @@ class DaskExecutor:
         workers = self._workers()
         lines = [
             f"runs on {len(workers)} Dask workers ({sum(workers.values())} threads): each aggregation is a "
-            "stage whose output keys are cut into parts, ~2 per worker, each part's SQL run on its worker"
+            "stage whose tasks are the plan's kernel calls, each placed on the worker holding most of what "
+            "it reads"
         ]
         for i, st in enumerate(self.last_run):
-            per = ", ".join(f"{w}: {n}" for w, n in sorted(st.parts.items()))
-            moved = "" if st.moved is None else f"; {st.moved:,} bytes read from other workers"
-            lines.append(f"last run, stage {i}: {st.what}; parts per worker: {per}{moved}")
+            lines.append(f"last run, stage {i}: {st.what}")
+            for w in sorted(st.blocks):
+                shown = st.blocks[w]
+                more = f", ... ({len(shown)} tasks)" if len(shown) > SHOWN_TASKS else ""
+                lines.append(f"  {w} runs blocks {'; '.join(shown[:SHOWN_TASKS])}{more}")
+            measured = (
+                ""
+                if st.fed is None
+                else f"; measured {st.fed:,} fed, {st.moved or 0:,} of them from other workers"
+            )
+            lines.append(f"  bytes: modelled {st.modelled:,} fed to its kernel calls{measured}")
         return lines
 
     def fast(self, plan: Plan) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None:
@@ -356,13 +402,13 @@ class DaskExecutor:
         rel = self._execute(plan, bindings)
         if longrun.progress_enabled(self.progress):
             self._show_progress(sys.stderr)
-        tables = self.client.gather([p.future for p in rel.parts])
-        self._count_moved()
+        tables = [rel.named(t) for t in self.client.gather([p.future for p in rel.parts])]
+        self._done()
         return pa.concat_tables(tables) if tables else _empty(rel.schema)
 
     def _show_progress(self, stream: Any, every: float = 0.25) -> None:
         """Until the last run's tasks are done: a line on ``stream`` of stages done / total and parts done."""
-        stages = [st.futures for st in self.last_run]
+        stages = [st.futures for st in self._last_run]
         total = sum(len(f) for f in stages)
         while True:
             done = [sum(f.done() for f in futures) for futures in stages]
@@ -374,12 +420,25 @@ class DaskExecutor:
                 return
             time.sleep(every)
 
+    def _done(self) -> None:
+        """A run finished: its reports let go of the stages' futures (Dask then frees what no relation
+        holds); the byte counts stay on the workers until ``last_run`` is read."""
+        for st in self._last_run:
+            st.futures = []
+
+    @property
+    def last_run(self) -> list[StageReport]:
+        """The stages of the last run, with the bytes their tasks were fed and moved (asked of the workers
+        when first read after a run, not on every run: a query pays no round trip for its report)."""
+        self._count_moved()
+        return self._last_run
+
     def _count_moved(self) -> None:
         """Each stage's bytes read from other workers, as its tasks counted them where they ran (an input
         Dask fetched from a peer, not one computed or already held there)."""
-        if not any(st.tasks for st in self.last_run):
+        if not any(st.tasks for st in self._last_run):
             return
-        counted: dict[str, int] = {}
+        counted: dict[str, tuple[int, int]] = {}
         try:  # a count is a report: a worker lost or restarting meanwhile never fails the query
             answers = self.client.run(worker_side.take_moved, on_error="return")
         except (OSError, distributed.comm.CommClosedError, TimeoutError) as exc:
@@ -388,8 +447,10 @@ class DaskExecutor:
         for per_worker in answers.values():
             if isinstance(per_worker, dict):
                 counted.update(per_worker)
-        for st in self.last_run:
-            st.moved, st.tasks, st.futures = sum(counted.get(str(k), 0) for k in st.tasks), [], []
+        for st in self._last_run:
+            got = [counted.get(str(k), (0, 0)) for k in st.tasks]
+            st.fed, st.moved = sum(g[0] for g in got), sum(g[1] for g in got)
+            st.tasks, st.futures = [], []
 
     def store(
         self,
@@ -405,7 +466,7 @@ class DaskExecutor:
         if temporary:
             dist = self._execute(plan, bindings)
             distributed.wait([p.future for p in dist.parts])
-            self._count_moved()
+            self._done()
             name = f"_ts_dist_{next(_ids)}"
             self._rels[name] = dist
             return name
@@ -454,7 +515,7 @@ class DaskExecutor:
 
     def _execute(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray]) -> DistRel:
         temps: dict[str, DistRel] = {}
-        self.last_run = []
+        self._last_run = []
         leaves: dict[T.Rel, T.Rel] = {}
 
         def leaf(rel: T.Rel) -> T.Rel:
@@ -476,96 +537,171 @@ class DaskExecutor:
             leaves[rel] = out
             return out
 
-        run = _Run(self, {**self._rels, **temps})
+        run = _Run(self, {**self._rels, **temps}, self._sql.setdefault(plan, {}))
         root = leaf(plan.tra)
         run.rels.update(temps)
         result = run.last(root)
-        self.last_run = run.reports
+        self._last_run = run.reports
         return result
 
 
 class _Run(W.Stager):
     """One plan's stages on the cluster (the distributed counterpart of ``duckdb.staged.StagedRun``)."""
 
-    def __init__(self, ex: DaskExecutor, rels: dict[str, DistRel]) -> None:
+    def __init__(self, ex: DaskExecutor, rels: dict[str, DistRel], sql: dict[tuple, str]) -> None:
         super().__init__()
         self.ex = ex
         self.rels = rels
-        self.addrs = list(ex._workers())
+        #: the plan's task SQL by (stage number, the stage's cuts, the task's ranges)
+        self.memo = sql
+        self.stages = 0
+        workers = ex._workers()
+        self.addrs = list(workers)
+        self.threads = max(1, sum(workers.values()))
         self.budget = ex.wave_budget()
         self.reports: list[StageReport] = []
+        self.stored: set[str] = set()
 
     def store(
         self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
     ) -> str:
         name = f"_ts_stage_{next(_ids)}"
         self.rels[name] = self.stage(rel, space, cuts, schema, what)
+        self.stored.add(name)
         return name
 
     def last(self, root: T.Rel) -> DistRel:
-        rel = self.top(root)
+        rel = self.below(root)  # every aggregation a stage of kernel calls
+        inner, columns = _renames(rel)
+        if isinstance(inner, T.Scan) and inner.table in self.stored:  # the last aggregation's stage, renamed
+            done = self.rels[inner.table]
+            parts = [
+                Part(p.future, {k: p.box[c] for k, c in columns.items()}, p.worker, p.nbytes)
+                for p in done.parts
+            ]
+            return DistRel(root.schema, parts, columns)
         space = {k: root.schema.nblocks(k) for k in root.schema.keys}
-        cuts = self.cuts(rel, space, set(space))
-        if W.count(cuts, space) < len(self.addrs) and W.has_aggregate(rel):
-            rel = self.below(rel)  # too few result blocks to share: the aggregations cut their sums
-        return self.stage(rel, space, cuts, root.schema, "result")
+        return self.stage(rel, space, self.cuts(rel, space, set(space)), root.schema, "result")
 
     def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
-        """Cut counts giving ~PARTS_PER_WORKER parts per worker: the free label with most blocks left is
-        halved first; summed labels only when the free ones run out. Then finer where a part would not fit
-        a worker's wave budget (``waves.choose_cuts``: its DuckDB holds a part's blocks at once)."""
-        want = PARTS_PER_WORKER * len(self.addrs)
+        """The step's kernel calls: a task per combination of the blocks of every label it joins (the
+        blocks EinDecomp chose for p = the cluster's threads). Past ``CALLS_PER_THREAD`` per thread (blocks
+        finer than the plan's tiles: a stored tensor's own blocking, a block-size cap) neighbouring calls
+        merge, along summed labels first (fewer partial blocks to combine); never coarser than a worker's
+        wave budget allows (``waves.choose_cuts``)."""
+        limit = CALLS_PER_THREAD * self.threads
         fit = W.choose_cuts(rel, space, self.budget, free)
-        cuts = {k: 1 for k in space}
-        for allowed in ([k for k in space if k in free], list(space)):
-            while W.count(cuts, space) < want:
-                left = [k for k in allowed if cuts[k] < space[k]]
-                if not left:
-                    break
-                k = max(left, key=lambda lab: (space[lab] / cuts[lab], lab))
-                cuts[k] = min(space[k], cuts[k] * 2)
-        return {k: max(cuts[k], fit[k]) for k in space}
+        cuts = dict(space)
+        while W.count(cuts, space) > limit:
+            pool = [k for k in space if k not in free and cuts[k] > fit[k]]
+            pool = pool or [k for k in space if cuts[k] > fit[k]]
+            if not pool:
+                break
+            k = max(pool, key=lambda lab: (cuts[lab], lab))
+            cuts[k] = max(fit[k], -(-cuts[k] // 2))
+        return cuts
+
+    def sql(self, key: tuple, part: T.Rel, tables: list[str]) -> str:
+        """A task's SQL, its relations read as the views ``_ts_in_<i>`` in the order of ``tables``; made once
+        per plan (a stage's restricted plans come out the same each run, in the same order)."""
+        text = self.memo.get(key)
+        if text is None:
+            views = {name: _view(i) for i, name in enumerate(tables)}
+            text = sqlgen.sql_text(sqlgen.to_ast(_renamed(part, views), checks=False))
+            self.memo[key] = text
+        return text
+
+    def place(self, needs: list[list[Part]]) -> list[str]:
+        """A worker per task: the one already holding most of the bytes the task reads, among those with
+        fewer than an even share of the stage's tasks (ties: the least loaded, then the first)."""
+        cap = -(-len(needs) // len(self.addrs))
+        load = dict.fromkeys(self.addrs, 0)
+        rank = {a: i for i, a in enumerate(self.addrs)}
+        out: list[str] = [""] * len(needs)
+        for i in sorted(range(len(needs)), key=lambda i: -sum(p.nbytes for p in needs[i])):
+            local = dict.fromkeys(self.addrs, 0)
+            for p in needs[i]:
+                if p.worker in local:
+                    local[p.worker] += p.nbytes
+            free = [a for a in self.addrs if load[a] < cap]
+            out[i] = max(free, key=lambda a: (local[a], -load[a], -rank[a]))
+            load[out[i]] += 1
+        return out
 
     def stage(
         self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
     ) -> DistRel:
         out = DistRel(schema)
-        per: dict[str, int] = {}
-        report = StageReport(what, per)
-        for i, ranges in enumerate(W.waves(cuts, space)):
+        report = StageReport(what, {})
+        tasks: list[tuple[dict[str, tuple[int, int]], T.Rel, dict[str, tuple[T.Schema, list[Part]]]]] = []
+        for ranges in W.waves(cuts, space):
             part = W.restrict(rel, ranges)
-            inputs: dict[str, tuple[T.Schema, list[Any]]] = {}
+            inputs: dict[str, tuple[T.Schema, list[Part]]] = {}
             for table, need in _leaf_ranges(part):
                 dist = self.rels[table]
-                futures = [p.future for p in dist.parts if _meets(p.box, need)]
-                have = inputs.get(table)
-                if have is None:
-                    inputs[table] = (dist.schema, futures)
-                else:  # read twice (a self-join): every partition either read needs
-                    seen = {id(f) for f in have[1]}
-                    have[1].extend(f for f in futures if id(f) not in seen)
-            addr = self.addrs[i % len(self.addrs)]
-            keys = {name: [f.key for f in futures] for name, (_, futures) in inputs.items()}
+                have = inputs.setdefault(table, (dist.schema, []))[1]
+                seen = {id(p) for p in have}  # read twice (a self-join): every partition either read needs
+                have.extend(p for p in dist.parts if _meets(p.box, need) and id(p) not in seen)
+            tasks.append((ranges, part, inputs))
+        where = self.place([[p for _, parts in inputs.values() for p in parts] for _, _, inputs in tasks])
+        number, self.stages = self.stages, self.stages + 1
+        for (ranges, part, inputs), addr in zip(tasks, where, strict=True):
+            for dist_schema, parts in inputs.values():
+                report.modelled += sum(W.box_bytes(dist_schema, p.box) for p in parts)
+            sql = self.sql((number, tuple(cuts.items()), tuple(ranges.items())), part, list(inputs))
+            rels = [DistRel(self.rels[name].schema, columns=self.rels[name].columns) for name in inputs]
+            args = [[p.future for p in parts] for _, parts in inputs.values()]
+            keys = [[p.future.key for p in parts] for _, parts in inputs.values()]
             fut = self.ex.client.submit(
-                run_part, part, inputs, keys, workers=[addr], allow_other_workers=True, pure=False
+                run_part, sql, rels, args, keys, workers=[addr], allow_other_workers=True, pure=False
             )
             report.tasks.append(fut.key)
             report.futures.append(fut)
             box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
-            out.parts.append(Part(fut, box))
-            per[addr] = per.get(addr, 0) + 1
+            out.parts.append(Part(fut, box, addr, W.box_bytes(schema, box)))
+            report.parts[addr] = report.parts.get(addr, 0) + 1
+            report.blocks.setdefault(addr, []).append(_show(ranges) or "all")
         self.reports.append(report)
         return out
 
 
-def start(workers: int, threads_per_worker: int) -> tuple[Any, Any]:
-    """A LocalCluster of ``workers`` processes (Dask's default memory limit each: the machine's memory
-    shared among them) and its Client; prints the dashboard's address."""
+def _renames(rel: T.Rel) -> tuple[T.Rel, dict[str, str]]:
+    """``rel`` without the key renames on top of it (Positional, a Relabel without repeated labels), and
+    {key of ``rel``: key of what is below them}."""
+    columns = {k: k for k in rel.schema.keys}
+    while True:
+        if isinstance(rel, T.Positional):
+            step = dict(zip(rel.schema.keys, rel.child.schema.blob, strict=True))
+        elif isinstance(rel, T.Relabel) and len(set(rel.labels)) == len(rel.labels):
+            step = dict(zip(rel.labels, rel.child.schema.keys, strict=True))
+        else:
+            return rel, columns
+        if set(step.values()) != set(rel.child.schema.keys):
+            return rel, columns
+        columns = {k: step[c] for k, c in columns.items()}
+        rel = rel.child
+
+
+def _show(ranges: Mapping[str, tuple[int, int]]) -> str:
+    """A task's blocks: ``i=0..1,k=2`` (label, first..last block)."""
+    return ",".join(f"{k}={lo}" if lo == hi else f"{k}={lo}..{hi}" for k, (lo, hi) in ranges.items())
+
+
+def start(workers: int, threads_per_worker: int, memory_limit: int | str | None = None) -> tuple[Any, Any]:
+    """A LocalCluster of ``workers`` processes (``memory_limit`` each, else Dask's default: the machine's
+    memory shared among them) and its Client; prints the dashboard's address."""
     for value, what in ((workers, "workers"), (threads_per_worker, "threads_per_worker")):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ConfigError(f"{what}={value!r} must be a positive int")
+    limit: int | str = "auto"
+    if memory_limit is not None:
+        limit = memory.parse_size(memory_limit, "worker_memory_limit")
     cluster = distributed.LocalCluster(
-        n_workers=workers, threads_per_worker=threads_per_worker, processes=True, dashboard_address=":0"
+        n_workers=workers,
+        threads_per_worker=threads_per_worker,
+        processes=True,
+        dashboard_address=":0",
+        memory_limit=limit,
     )
     client = distributed.Client(cluster)
     print(f"tensorsql: Dask dashboard at {cluster.dashboard_link}", file=sys.stderr)
@@ -589,4 +725,3 @@ def attach(cluster: object) -> Any:
 
 
 __all__ = ["DaskExecutor", "attach", "start"]
-

@@ -95,17 +95,21 @@ def worker_executor() -> Any:
     return executor
 
 
-#: the attribute of a ``distributed.Worker`` holding {task key: bytes its inputs brought from other workers}
+#: the attribute of a ``distributed.Worker`` holding {task key: (bytes fed to it, bytes from other workers)}
 MOVED = "tensorsql_moved"
+#: tasks a worker keeps counts of
+KEEP_COUNTS = 100_000
 
 
 def count_moved(inputs: list[tuple[Any, Any]]) -> None:
-    """In a task: records the bytes of its inputs ((Dask key, Arrow table)) that Dask fetched from other
-    workers (a dependency this worker did not compute and was not given: it has no run_spec here)."""
+    """In a task: records the bytes of all its inputs ((Dask key, Arrow table)), the quantity the planner's
+    cost model counts, and of those Dask fetched from other workers (a dependency this worker did not compute
+    and was not given: it has no run_spec here)."""
     worker = distributed.get_worker()
     state = worker.state.tasks
-    fetched = 0
+    fed = fetched = 0
     for key, table in inputs:
+        fed += int(table.nbytes)
         ts = state.get(key)
         if ts is not None and ts.run_spec is None:
             fetched += int(table.nbytes)
@@ -113,10 +117,12 @@ def count_moved(inputs: list[tuple[Any, Any]]) -> None:
     if moved is None:
         moved = {}
         setattr(worker, MOVED, moved)
-    moved[str(worker.get_current_task())] = fetched
+    moved[str(worker.get_current_task())] = (fed, fetched)
+    while len(moved) > KEEP_COUNTS:  # nobody read them (the client reads them only when asked): oldest out
+        del moved[next(iter(moved))]
 
 
-def take_moved(dask_worker: Any) -> dict[str, int]:
+def take_moved(dask_worker: Any) -> dict[str, tuple[int, int]]:
     """``client.run`` target: the worker's counts, cleared."""
     moved = getattr(dask_worker, MOVED, None) or {}
     setattr(dask_worker, MOVED, {})
