@@ -115,6 +115,14 @@ class OutOfMemoryError(MemoryError, TensorSQLError):
     was allocated, its size, and how to get more)."""
 
 
+class SQLFrontendError(ValueError, TensorSQLError):
+    """A statement's tensor syntax is wrong (``Session.sql``): the message quotes the call at fault."""
+
+
+class SQLSyntaxError(SQLFrontendError):
+    """SQL that does not parse; the message gives the line and column."""
+
+
 class ConfigError(ValueError, TensorSQLError):
     """A bad session or call setting (threads, strategy, a value that must be a number)."""
 
@@ -141,6 +149,8 @@ __all__ = [
     "PlanError",
     "RangeError",
     "SQLExecutionError",
+    "SQLFrontendError",
+    "SQLSyntaxError",
     "SessionClosedError",
     "ShapeError",
     "TableNameError",

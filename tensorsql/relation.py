@@ -9,6 +9,7 @@ import pyarrow as pa
 
 from tensorsql.backends import arrow
 from tensorsql.dtypes import DTYPES
+from tensorsql.errors import ConfigError
 from tensorsql.ir import blocking
 from tensorsql.ir import expr as E
 
@@ -80,6 +81,25 @@ class TensorRelation:
         self.session.require_open("to_arrow")
         table = self.session.executor.run_arrow(self.plan(), self.bindings, keep=True)
         return table.replace_schema_metadata(arrow.metadata(self.shape, self.block_shape, self.node.dtype))
+
+    def to_rows(self, *, skip_zeros: bool = False) -> pa.Table:
+        """The tensor as rows ``(i0, ..., i{r-1}, value)`` (SQL's ``tensor_cells``), made in SQL from the
+        blocks; ``skip_zeros`` leaves out the zero cells. Row order is not defined."""
+        self.session.require_open("to_rows")
+        if not isinstance(skip_zeros, bool):
+            raise ConfigError(f"to_rows: skip_zeros must be a bool, got {type(skip_zeros).__name__}")
+        from tensorsql.frontend import sql as sqlfront
+
+        relation = getattr(self.session.executor, "relation", None)
+        if relation is None:  # a cluster: the blocks come back, the rows are made here
+            return sqlfront.cells_from_array(self.numpy(), skip_zeros)
+        rel = self
+        query = self.session.executor.plan_query(rel.plan())
+        if query is None:  # arrays bound, or a plan over the memory budget: computed into a table first
+            rel = self.materialize()
+            query = self.session.executor.plan_query(rel.plan())
+        cells = sqlfront.cells_query(query, self.shape, rel.block_shape, self.node.dtype, skip_zeros)
+        return relation(cells, "to_rows").to_arrow_table()
 
     def save(self, name: str, *, replace: bool = False) -> TensorRelation:
         """Store as a table ``name`` with a catalog entry; returns the stored relation."""

@@ -59,6 +59,8 @@ class Session:
         #: write results straight into the returned array (result sinks); False: always through Arrow
         #: (``TENSORSQL_RESULT_SINK=0`` turns them off for new sessions)
         self.result_sink = os.environ.get("TENSORSQL_RESULT_SINK", "1").strip().lower() not in _OFF
+        #: the relations an ``sql`` statement's calls made, by the DuckDB relation that reads them
+        self._sql_kept: weakref.WeakKeyDictionary[object, list[TensorRelation]] = weakref.WeakKeyDictionary()
 
     @property
     def strategy(self) -> str:
@@ -96,6 +98,56 @@ class Session:
                 f"execute takes SQL text (a str) or a sqlglot expression, got {type(query).__name__}"
             )
         return self.executor.query(query, str(what))  # type: ignore[attr-defined]
+
+    def sql(self, query: str) -> object:
+        """One DuckDB SQL statement in which tensor tables are ordinary tables and the tensor table functions
+        (``einsum``, ``tensor_map``, ``softmax``, ``tensor_cells``, ``tensor_from_cells``) are available:
+        each is planned like the Python API and replaced by its generated query (README "SQL"). Returns
+        DuckDB's relation for the statement (``.fetchall()``, ``.arrow()``, ``.df()``); ``CREATE [OR
+        REPLACE] TABLE t AS SELECT * FROM <tensor function>`` saves ``t`` as a tensor table (None)."""
+        from tensorsql.frontend import sql as sqlfront
+
+        self.require_open("sql")
+        relation = getattr(self.executor, "relation", None)
+        if relation is None:
+            raise ConfigError(
+                f"sql runs on the embedded DuckDB session; this one runs on {self.executor.name!r} "
+                "(use execute() for its own database)"
+            )
+        rw = sqlfront.rewrite(self, query)
+        if rw.explain:
+            return relation(self._explain_rows(rw), "EXPLAIN")
+        if rw.create is not None:
+            name, rel, replace, if_not_exists = rw.create
+            if if_not_exists and self.executor.catalog.exists(name):
+                return None
+            self.save(rel, name, replace=replace)
+            return None
+        statement = rw.statement
+        dropped = _dropped_tensors(statement, self.executor.catalog)
+        for name in dropped:
+            self.drop(name)
+        if dropped and not statement.args.get("tables"):
+            return None
+        _refuse_insert(statement, self.executor.catalog)
+        out = relation(statement, "sql")
+        if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
+            self._sql_kept[out] = rw.made
+        return out
+
+    def _explain_rows(self, rw: object) -> object:
+        """EXPLAIN: each tensor call's plan (EinGraph, partitioning, SQL), then DuckDB's own plan."""
+        keys: list[str] = []
+        values: list[str] = []
+        for call, rel in rw.calls:  # type: ignore[attr-defined]
+            keys.append(f"tensorsql: {call}")
+            values.append(rel.explain())
+        inner = exp.Literal.string(rw.statement.sql(dialect="duckdb"))  # type: ignore[attr-defined]
+        explain = exp.Command(this="EXPLAIN", expression=inner)
+        for row in self.executor.relation(explain, "EXPLAIN").fetchall():  # type: ignore[attr-defined]
+            keys.append(str(row[0]))
+            values.append(str(row[1]))
+        return pa.table({"explain_key": keys, "explain_value": values})
 
     @property
     def closed(self) -> bool:
@@ -384,6 +436,34 @@ class Session:
         (``placeholder``), planned once: each call binds the arrays and runs the cached plans."""
         self.require_open("compile")
         return Compiled(self, outputs, inputs)
+
+
+def _dropped_tensors(statement: exp.Expression, catalog: object) -> list[str]:
+    """The tensor tables a ``DROP TABLE`` names (dropped with their catalog entries, as ``Session.drop``);
+    the statement is left with the other tables, if any."""
+    if not (isinstance(statement, exp.Drop) and str(statement.args.get("kind", "")).upper() == "TABLE"):
+        return []
+    tables = list(statement.args.get("tables") or ([statement.this] if statement.this else []))
+    tensors = [
+        t for t in tables if isinstance(t, exp.Table) and not t.args.get("db") and catalog.exists(t.name)  # type: ignore[attr-defined]
+    ]
+    if statement.args.get("tables"):
+        statement.set("tables", [t for t in tables if t not in tensors])
+    return [t.name for t in tensors]
+
+
+def _refuse_insert(statement: exp.Expression, catalog: object) -> None:
+    """A tensor table holds each block once: rows inserted would make duplicates or holes."""
+    if isinstance(statement, exp.Insert):
+        target = statement.this
+        if isinstance(target, exp.Schema):
+            target = target.this
+        tensor = isinstance(target, exp.Table) and not target.args.get("db") and catalog.exists(target.name)  # type: ignore[attr-defined]
+        if tensor:
+            raise CatalogError(
+                f"INSERT INTO {target.name!r}: a tensor table is written whole; use CREATE OR REPLACE TABLE "
+                f"{target.name} AS SELECT * FROM einsum(...)"
+            )
 
 
 class Compiled:

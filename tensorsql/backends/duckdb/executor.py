@@ -427,6 +427,25 @@ class DuckDBExecutor:
         return name
 
     # -- running plans -------------------------------------------------------------------------------------
+    def plan_query(self, plan: Plan) -> exp.Query | None:
+        """The plan as one query over stored tables, to inline into a user's statement (``Session.sql``);
+        None when it reads arrays or must run in waves (the caller materializes it first)."""
+        st = self._statement(plan)
+        if st.staged or plan.operands:
+            return None
+        return sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
+
+    def relation(self, statement: exp.Expression | pa.Table, what: str = "sql") -> duckdb.DuckDBPyRelation:
+        """DuckDB's relation for a user's statement (``Session.sql``), or for an Arrow table of rows; a
+        DuckDB error typed."""
+        with self._lock:
+            try:
+                if isinstance(statement, pa.Table):
+                    return self.con.from_arrow(statement)
+                return self.con.sql(sqlgen.sql_text(statement))
+            except duckdb.Error as exc:
+                raise wrap(exc, what) from exc
+
     def text(self, plan: Plan, pretty: bool = True) -> str:
         """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
         st = self._statement(plan)

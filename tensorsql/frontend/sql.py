@@ -1,0 +1,428 @@
+"""SQL with tensor table functions (``Session.sql``): the statement is parsed with sqlglot, every tensor
+function in its FROM clauses becomes a lazy relation (the same expression graph the Python API builds, so
+nested calls are planned as one graph), and is replaced by the query of its generated plan. The rest of the
+statement is DuckDB's, untouched.
+
+Table functions (README "SQL"):
+- ``einsum('ij,jk->ik', A, B [, join => 'add', agg => 'max', strategy => 'sqrt'])``;
+- ``tensor_map(A, 'exp' [, param])`` and ``softmax(A [, over => 1])``;
+- ``tensor_cells(A [, skip_zeros => true])``: rows ``(i0, ..., value)`` of a tensor;
+- ``tensor_from_cells((SELECT i, j, v FROM t), shape => [3, 4] [, block_shape => [2, 2], dtype => ...])``.
+
+Operands are tensor tables (saved relations), nested calls, or ``(SELECT * FROM <either>)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError, TokenError
+
+from tensorsql.dtypes import DTYPES
+from tensorsql.errors import SQLFrontendError, SQLSyntaxError, TableNotFoundError, TensorSQLError
+
+if TYPE_CHECKING:
+    from tensorsql.relation import TensorRelation
+    from tensorsql.session import Session
+
+#: the table functions that return a tensor (block rows k0.., tensor) and may nest
+TENSOR_FUNCTIONS = ("einsum", "tensor_map", "softmax", "tensor_from_cells")
+#: every table function this front end rewrites
+FUNCTIONS = (*TENSOR_FUNCTIONS, "tensor_cells")
+
+
+@dataclass
+class Rewritten:
+    """A statement with its tensor functions replaced. ``calls``: (the call as written, its relation), for
+    EXPLAIN; ``create``: a ``CREATE TABLE name AS SELECT * FROM <tensor>`` to run as ``save`` (name, the
+    relation, replace, if_not_exists); ``explain``: the statement was ``EXPLAIN ...``."""
+
+    statement: exp.Expression
+    calls: list[tuple[str, TensorRelation]] = field(default_factory=list)
+    create: tuple[str, TensorRelation, bool, bool] | None = None
+    explain: bool = False
+    #: every relation the statement's calls made: their temporary tables (``tensor_from_cells``, a call
+    #: computed first) live as long as these do
+    made: list[TensorRelation] = field(default_factory=list)
+
+
+def parse(text: str) -> exp.Expression:
+    """One statement (SQLSyntaxError, with line and column, for anything sqlglot cannot parse)."""
+    if not isinstance(text, str):
+        raise SQLFrontendError(f"sql takes SQL text (a str), got {type(text).__name__}")
+    try:
+        statements = [s for s in sqlglot.parse(text, dialect="duckdb") if s is not None]
+    except ParseError as exc:
+        first = exc.errors[0] if exc.errors else {}
+        where = f" at line {first.get('line')}, column {first.get('col')}" if first else ""
+        near = f" near {first.get('highlight')!r}" if first.get("highlight") else ""
+        raise SQLSyntaxError(f"SQL syntax error{where}{near}: {first.get('description', exc)}") from exc
+    except TokenError as exc:
+        raise SQLSyntaxError(f"SQL syntax error: {exc}") from exc
+    if len(statements) != 1:
+        raise SQLFrontendError(f"sql runs one statement at a time; this text has {len(statements)}")
+    return statements[0]
+
+
+def _explained(text: str) -> str | None:
+    """The statement under a leading ``EXPLAIN`` (not ``EXPLAIN ANALYZE``, which runs the statement and is
+    left to DuckDB as written)."""
+    try:
+        tokens = sqlglot.tokenize(text, read="duckdb")
+    except TokenError as exc:
+        raise SQLSyntaxError(f"SQL syntax error: {exc}") from exc
+    if len(tokens) == 2 and tokens[0].text.upper() == "EXPLAIN":
+        rest = tokens[1].text
+        if not rest.lstrip().upper().startswith("ANALYZE"):
+            return rest
+    return None
+
+
+def _where(node: exp.Expression) -> str:
+    """The call as written, for messages: ``einsum('ij->ji', A)``."""
+    return node.sql(dialect="duckdb", normalize_functions=False)
+
+
+def _ours(node: exp.Expression, names: tuple[str, ...]) -> bool:
+    return isinstance(node, exp.Anonymous) and node.name.lower() in names
+
+
+class _Rewriter:
+    def __init__(self, session: Session) -> None:
+        self.s = session
+        self.calls: list[tuple[str, TensorRelation]] = []
+        self.made: list[TensorRelation] = []
+
+    # -- operands ------------------------------------------------------------------------------------------
+    def tensor(self, node: exp.Expression, call: exp.Expression, what: str) -> TensorRelation:
+        """An operand: a tensor table, a nested tensor function, or ``(SELECT * FROM <either>)``."""
+        if isinstance(node, exp.Column) and not node.table:
+            return self.table(node.name, call, what)
+        if isinstance(node, exp.Table) and not node.args.get("db") and isinstance(node.this, exp.Identifier):
+            return self.table(node.name, call, what)
+        if isinstance(node, exp.Table) and _ours(node.this, TENSOR_FUNCTIONS):
+            return self.relation(node.this)
+        if _ours(node, TENSOR_FUNCTIONS):
+            return self.relation(node)
+        if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
+            q = node.this
+            plain = [k for k, v in q.args.items() if v and k not in ("expressions", "from_", "from")]
+            src = q.args.get("from_") or q.args.get("from")
+            if (
+                not plain
+                and len(q.expressions) == 1
+                and isinstance(q.expressions[0], exp.Star)
+                and src is not None
+            ):
+                return self.tensor(src.this, call, what)
+        raise SQLFrontendError(
+            f"{_where(call)}: {what} ({_where(node)}) must be a tensor table, a tensor function (einsum, "
+            "tensor_map, softmax, tensor_from_cells) or (SELECT * FROM one of those)"
+        )
+
+    def table(self, name: str, call: exp.Expression, what: str) -> TensorRelation:
+        try:
+            return self.s.table(name)
+        except TableNotFoundError as exc:
+            raise TableNotFoundError(
+                f"{_where(call)}: {what} {name!r} is not a tensor table ({exc.args[0] if exc.args else ''})"
+            ) from exc
+
+    # -- calls -----------------------------------------------------------------------------------------------
+    def arguments(
+        self, call: exp.Anonymous, names: tuple[str, ...]
+    ) -> tuple[list[exp.Expression], dict[str, exp.Expression]]:
+        positional: list[exp.Expression] = []
+        named: dict[str, exp.Expression] = {}
+        for arg in call.expressions:
+            if isinstance(arg, exp.Kwarg | exp.PropertyEQ):
+                key = arg.this.name.lower()
+                if key not in names:
+                    allowed = ", ".join(names) or "none"
+                    raise SQLFrontendError(
+                        f"{_where(call)}: unknown named argument {key!r} (takes: {allowed})"
+                    )
+                if key in named:
+                    raise SQLFrontendError(f"{_where(call)}: argument {key!r} is given twice")
+                named[key] = arg.expression
+            else:
+                if named:
+                    raise SQLFrontendError(f"{_where(call)}: a positional argument follows a named one")
+                positional.append(arg)
+        return positional, named
+
+    def relation(self, call: exp.Anonymous) -> TensorRelation:
+        """A tensor function's relation (nested calls included: one graph)."""
+        fn = call.name.lower()
+        build: dict[str, Callable[[exp.Anonymous], TensorRelation]] = {
+            "einsum": self.einsum,
+            "tensor_map": self.map,
+            "softmax": self.softmax,
+            "tensor_from_cells": self.from_cells,
+        }
+        try:
+            rel = build[fn](call)
+        except TensorSQLError as exc:
+            if _where(call) in str(exc):
+                raise
+            raise type(exc)(f"{_where(call)}: {exc}") from exc
+        self.made.append(rel)
+        return rel
+
+    def einsum(self, call: exp.Anonymous) -> TensorRelation:
+        pos, kw = self.arguments(call, ("join", "agg", "strategy"))
+        if not pos:
+            raise SQLFrontendError(f"{_where(call)}: einsum needs a subscripts string, then its operands")
+        subscripts = _string(pos[0], call, "the subscripts")
+        ops = [self.tensor(a, call, f"operand {i}") for i, a in enumerate(pos[1:])]
+        options = {k: _string(v, call, k) for k, v in kw.items()}
+        return self.s.einsum(subscripts, *ops, **options)  # type: ignore[arg-type]
+
+    def map(self, call: exp.Anonymous) -> TensorRelation:
+        pos, kw = self.arguments(call, ("fn", "param"))
+        args = dict(zip(("x", "fn", "param"), pos, strict=False))
+        if len(pos) > 3:
+            raise SQLFrontendError(f"{_where(call)}: tensor_map takes (tensor, fn [, param])")
+        for k, v in kw.items():
+            if k in args:
+                raise SQLFrontendError(f"{_where(call)}: argument {k!r} is given twice")
+            args[k] = v
+        if "x" not in args or "fn" not in args:
+            raise SQLFrontendError(f"{_where(call)}: tensor_map takes (tensor, fn [, param])")
+        x = self.tensor(args["x"], call, "its tensor")
+        param = _number(args["param"], call, "param") if "param" in args else None
+        return self.s.map(x, _string(args["fn"], call, "fn"), param)
+
+    def softmax(self, call: exp.Anonymous) -> TensorRelation:
+        from tensorsql.api import softmax
+
+        pos, kw = self.arguments(call, ("over",))
+        if len(pos) != 1:
+            raise SQLFrontendError(f"{_where(call)}: softmax takes (tensor [, over => axis or [axes]])")
+        x = self.tensor(pos[0], call, "its tensor")
+        over: int | list[int] = -1
+        if "over" in kw:
+            value = kw["over"]
+            if isinstance(value, exp.Array):
+                over = [_int(v, call, "over") for v in value.expressions]
+            else:
+                over = _int(value, call, "over")
+        return softmax(x, over=over)  # type: ignore[return-value]
+
+    def from_cells(self, call: exp.Anonymous) -> TensorRelation:
+        pos, kw = self.arguments(call, ("shape", "block_shape", "dtype"))
+        if len(pos) != 1 or "shape" not in kw:
+            raise SQLFrontendError(
+                f"{_where(call)}: tensor_from_cells takes ((SELECT i0, ..., value ...), shape => [...] "
+                "[, block_shape => [...], dtype => '...'])"
+            )
+        query = pos[0]
+        if isinstance(query, exp.Subquery):  # tensor functions inside it are rewritten too
+            text = self.rewrite(query.this.copy()).sql(dialect="duckdb", normalize_functions=False)
+        elif isinstance(query, exp.Literal) and query.is_string:
+            text = query.name
+        else:
+            raise SQLFrontendError(f"{_where(call)}: the cells must be a (SELECT ...) subquery or its text")
+        shape = _ints(kw["shape"], call, "shape")
+        block = _ints(kw["block_shape"], call, "block_shape") if "block_shape" in kw else None
+        dtype = _string(kw["dtype"], call, "dtype") if "dtype" in kw else "float64"
+        return self.s.from_sql(text, shape, block, dtype=dtype)
+
+    # -- rewriting ----------------------------------------------------------------------------------------
+    def rewrite(self, statement: exp.Expression) -> exp.Expression:
+        """Every tensor function in a FROM or JOIN replaced by its plan's query (the outermost calls; a nested
+        call is part of its parent's graph)."""
+        for node in list(statement.find_all(exp.Anonymous)):
+            if not _ours(node, FUNCTIONS):
+                continue
+            parent = node.parent
+            inside = node.find_ancestor(exp.Anonymous)
+            while inside is not None and not _ours(inside, FUNCTIONS):
+                inside = inside.find_ancestor(exp.Anonymous)
+            if inside is not None:
+                continue  # an argument of an outer call: part of its graph
+            if not isinstance(parent, exp.Table):
+                if node.name.lower() == "tensor_map":
+                    continue  # the extension's scalar tensor_map(fn, dtype, blob): DuckDB's
+                raise SQLFrontendError(
+                    f"{_where(node)}: {node.name} is a table function: use it in FROM or JOIN "
+                    "(SELECT * FROM einsum(...))"
+                )
+            alias = parent.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name.lower()))
+            if node.name.lower() == "tensor_cells":
+                query = self.cells(node)
+            else:
+                rel = self.relation(node)
+                self.calls.append((_where(node), rel))
+                query = self.query(rel)
+            parent.replace(exp.Subquery(this=query, alias=alias.copy()))
+        return statement
+
+    def query(self, rel: TensorRelation) -> exp.Query:
+        """The relation's plan as one query over stored tables; a plan that must run in waves (over the
+        memory budget) is computed first into a temporary table, which the query then reads."""
+        q = self.s.executor.plan_query(rel.plan())  # type: ignore[attr-defined]
+        if q is None:
+            rel = self.s.materialize(rel)
+            self.made.append(rel)
+            q = self.s.executor.plan_query(rel.plan())  # type: ignore[attr-defined]
+        return q
+
+    def cells(self, call: exp.Anonymous) -> exp.Query:
+        pos, kw = self.arguments(call, ("skip_zeros",))
+        if len(pos) != 1:
+            raise SQLFrontendError(f"{_where(call)}: tensor_cells takes (tensor [, skip_zeros => true])")
+        rel = self.tensor(pos[0], call, "its tensor")
+        skip = False
+        if "skip_zeros" in kw:
+            value = kw["skip_zeros"]
+            if not isinstance(value, exp.Boolean):
+                raise SQLFrontendError(f"{_where(call)}: skip_zeros must be true or false")
+            skip = bool(value.this)
+        self.calls.append((_where(call), rel))
+        try:
+            return cells_query(self.query(rel), rel.shape, rel.plan().block_shape(), rel.node.dtype, skip)
+        except TensorSQLError as exc:
+            raise type(exc)(f"{_where(call)}: {exc}") from exc
+
+
+def rewrite(session: Session, text: str) -> Rewritten:
+    """``text`` with its tensor functions replaced (module docstring)."""
+    inner = _explained(text) if isinstance(text, str) else None
+    explain = inner is not None
+    statement = parse(inner if inner is not None else text)
+    r = _Rewriter(session)
+    create = _create(r, statement)
+    if create is not None and not explain:
+        return Rewritten(statement, r.calls, create, made=r.made)
+    statement = r.rewrite(statement)
+    return Rewritten(statement, r.calls, None, explain, r.made)
+
+
+def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelation, bool, bool] | None:
+    """``CREATE [OR REPLACE] TABLE name AS SELECT * FROM <tensor function or table>``: a save, so the table
+    is a tensor relation afterwards (its catalog entry written in the same transaction)."""
+    if not (isinstance(statement, exp.Create) and str(statement.args.get("kind", "")).upper() == "TABLE"):
+        return None
+    body = statement.expression
+    target = statement.this
+    if not isinstance(body, exp.Select) or not isinstance(target, exp.Table) or target.args.get("db"):
+        return None
+    if statement.args.get("properties") is not None:
+        return None  # TEMP and other properties: DuckDB's own CREATE
+    src = body.args.get("from_") or body.args.get("from")
+    rest = [k for k, v in body.args.items() if v and k not in ("expressions", "from_", "from")]
+    if rest or len(body.expressions) != 1 or not isinstance(body.expressions[0], exp.Star) or src is None:
+        return None
+    if not (isinstance(src.this, exp.Table) and _ours(src.this.this, TENSOR_FUNCTIONS)):
+        return None
+    rel = r.relation(src.this.this)
+    r.calls.append((_where(src.this.this), rel))
+    return target.name, rel, bool(statement.args.get("replace")), bool(statement.args.get("exists"))
+
+
+# -- literals ----------------------------------------------------------------------------
+def _string(node: exp.Expression, call: exp.Expression, what: str) -> str:
+    if isinstance(node, exp.Literal) and node.is_string:
+        return node.name
+    raise SQLFrontendError(f"{_where(call)}: {what} must be a string literal, got {_where(node)}")
+
+
+def _number(node: exp.Expression, call: exp.Expression, what: str) -> float:
+    sign = 1.0
+    if isinstance(node, exp.Neg):
+        sign, node = -1.0, node.this
+    if isinstance(node, exp.Literal) and not node.is_string:
+        return sign * float(node.name)
+    raise SQLFrontendError(f"{_where(call)}: {what} must be a number, got {_where(node)}")
+
+
+def _int(node: exp.Expression, call: exp.Expression, what: str) -> int:
+    value = _number(node, call, what)
+    if value != int(value):
+        raise SQLFrontendError(f"{_where(call)}: {what} must be an integer, got {_where(node)}")
+    return int(value)
+
+
+def _ints(node: exp.Expression, call: exp.Expression, what: str) -> list[int]:
+    if not isinstance(node, exp.Array):
+        raise SQLFrontendError(f"{_where(call)}: {what} must be a list such as [3, 4], got {_where(node)}")
+    return [_int(v, call, what) for v in node.expressions]
+
+
+# -- tensor_cells ----------------------------------------------------------------------------
+_LISTS = {"int64": "tensor_to_bigint_list", "uint64": "tensor_to_ubigint_list"}
+
+
+def cells_query(
+    blocks: exp.Query, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str, skip_zeros: bool
+) -> exp.Query:
+    """Rows ``(i0, ..., i{r-1}, value)`` of a tensor from the query of its blocks (``k0..``, ``tensor``):
+    each block's elements unnested in C order, each flat position turned back into the tensor's indices
+    (edge blocks are smaller: their extents come from the key)."""
+    if DTYPES[dtype].kind == "c":
+        raise SQLFrontendError(f"tensor_cells: a {dtype} tensor has complex cells; SQL values are real")
+    r = len(shape)
+    keys = [f"k{d}" for d in range(r)]
+    to_list = _LISTS.get(dtype, "tensor_to_list")
+
+    def c(name: str, table: str | None = None) -> exp.Column:
+        return exp.column(name, table=table, quoted=True)
+
+    def num(n: int) -> exp.Literal:
+        return exp.Literal.number(n)
+
+    lists = exp.select(
+        *[c(k) for k in keys],
+        exp.alias_(exp.Anonymous(this=to_list, expressions=[c("tensor"), exp.Literal.string(dtype)]), "l"),
+    ).from_(exp.Subquery(this=blocks, alias=exp.TableAlias(this=exp.to_identifier("_ts_blocks"))))
+    flat = exp.Sub(
+        this=exp.Anonymous(this="generate_subscripts", expressions=[c("l"), num(1)]), expression=num(1)
+    )
+    cells = exp.select(
+        *[c(k) for k in keys],
+        exp.alias_(exp.Explode(this=c("l")), "value"),
+        exp.alias_(flat, "f"),
+    ).from_(exp.Subquery(this=lists, alias=exp.TableAlias(this=exp.to_identifier("_ts_lists"))))
+    extents = [
+        exp.Least(
+            this=num(b), expressions=[exp.Sub(this=num(n), expression=exp.Mul(this=c(k), expression=num(b)))]
+        )
+        for k, n, b in zip(keys, shape, block_shape, strict=True)
+    ]
+    out: list[exp.Expression] = []
+    for d in range(r):
+        stride: exp.Expression = num(1)
+        for e in extents[d + 1 :]:
+            stride = exp.Mul(this=stride, expression=e.copy())
+        step = exp.Paren(this=exp.IntDiv(this=c("f"), expression=exp.Paren(this=stride)))
+        local = exp.Mod(this=step, expression=extents[d].copy())
+        index = exp.Add(this=exp.Mul(this=c(keys[d]), expression=num(block_shape[d])), expression=local)
+        out.append(exp.alias_(exp.Cast(this=index, to=exp.DataType.build("BIGINT")), f"i{d}"))
+    q = exp.select(*out, c("value")).from_(
+        exp.Subquery(this=cells, alias=exp.TableAlias(this=exp.to_identifier("_ts_cells")))
+    )
+    if skip_zeros:
+        q = q.where(exp.NEQ(this=c("value"), expression=num(0)))
+    return q
+
+
+def cells_from_array(values: np.ndarray, skip_zeros: bool) -> pa.Table:
+    """``cells_query``'s rows from an array in memory (a session without SQL on its blocks: a cluster)."""
+    if values.dtype.kind == "c":
+        raise SQLFrontendError(f"to_rows: a {values.dtype} tensor has complex cells; SQL values are real")
+    index = np.nonzero(values) if skip_zeros else np.indices(values.shape).reshape(values.ndim, -1)
+    flat = values[index] if skip_zeros else values.reshape(-1)
+    if values.dtype.name not in _LISTS:  # as SQL gives them: DOUBLE, or BIGINT / UBIGINT for 64-bit ints
+        flat = flat.astype(np.float64)
+    cols = {f"i{d}": pa.array(np.asarray(ix, dtype=np.int64)) for d, ix in enumerate(index)}
+    return pa.table({**cols, "value": pa.array(flat)})
+
+
+__all__ = ["FUNCTIONS", "Rewritten", "cells_from_array", "cells_query", "parse", "rewrite"]

@@ -1,0 +1,227 @@
+"""SQL with tensor table functions (``Session.sql``): every shared equation written as SQL over tensor tables
+against numpy; nesting, joins with plain tables, CREATE TABLE AS and the catalog, EXPLAIN, rows in and out,
+and a typed error for every bad statement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from equations import EQUATIONS
+from test_einsum_numpy import make_operands
+from tolerance import assert_einsum_close
+
+import tensorsql as ts
+
+
+@pytest.fixture(scope="module")
+def db():
+    with ts.connect() as s:
+        yield s
+
+
+def dense(rows: list[tuple], shape: tuple[int, ...]) -> np.ndarray:
+    """A tensor from its ``tensor_cells`` rows, every cell present once."""
+    out = np.full(shape, np.nan)
+    seen = np.zeros(shape, dtype=int)
+    for *index, value in rows:
+        out[tuple(index)] = value
+        seen[tuple(index)] += 1
+    assert (seen == 1).all(), "every cell exactly once"
+    return out
+
+
+def _names(case_id: str, n: int) -> list[str]:
+    return [f"eq_{case_id}_{i}".replace("-", "_").replace(".", "_") for i in range(n)]
+
+
+@pytest.mark.parametrize("case", EQUATIONS, ids=lambda c: c.id)
+def test_every_equation_as_sql_matches_numpy(db, case):
+    ops = make_operands(case.shapes, np.float64, case.id, "sql")
+    names = _names(case.id, len(ops))
+    for name, o in zip(names, ops, strict=True):
+        blocks = tuple(min(3, max(d, 1)) for d in o.shape)
+        db.save(db.from_numpy(o, block_shape=blocks), name, replace=True)
+    operands = ", ".join(f'"{n}"' for n in names)
+    want = np.einsum(case.subscripts, *ops)
+    rows = db.sql(f"SELECT * FROM tensor_cells(einsum('{case.subscripts}', {operands}))").fetchall()
+    assert_einsum_close(dense(rows, np.shape(want)), case.subscripts, *ops)
+
+
+@pytest.fixture(scope="module")
+def ab(db):
+    rng = np.random.default_rng(15)
+    a, b = rng.standard_normal((7, 5)), rng.standard_normal((5, 6))
+    db.save(db.from_numpy(a, block_shape=(3, 2)), "A", replace=True)
+    db.save(db.from_numpy(b, block_shape=(2, 4)), "B", replace=True)
+    return a, b
+
+
+def cells(db, sql: str, shape: tuple[int, ...]) -> np.ndarray:
+    return dense(db.sql(sql).fetchall(), shape)
+
+
+def test_einsum_returns_block_rows_like_a_tensor_table(db, ab):
+    _a, _b = ab
+    got = db.sql("SELECT * FROM einsum('ij,jk->ik', A, B) ORDER BY k0, k1")
+    assert got.columns == ["k0", "k1", "tensor"]
+    table = got.to_arrow_table()
+    assert table.num_rows >= 1 and table.schema.field("tensor").type == pa.binary()
+
+
+def test_nested_calls_and_subqueries_are_one_graph(db, ab):
+    a, b = ab
+    sql = (
+        "SELECT * FROM tensor_cells(einsum('ij,jk->ik', einsum('ij->ji', einsum('ij->ji', A)), "
+        "(SELECT * FROM B)))"
+    )
+    np.testing.assert_allclose(cells(db, sql, (7, 6)), a @ b, rtol=1e-12, atol=1e-12)
+    (_, rel), *_ = ts.frontend.sql.rewrite(db, sql).calls
+    assert sum(1 for line in rel.explain().splitlines() if "EinSum" in line) >= 2
+
+
+def test_extended_einsum_arguments(db, ab):
+    a, b = ab
+    sql = (
+        "SELECT * FROM tensor_cells(einsum('ij,jk->ik', A, B, join => 'add', agg => 'max', "
+        "strategy => 'sqrt'))"
+    )
+    np.testing.assert_allclose(cells(db, sql, (7, 6)), (a[:, :, None] + b[None]).max(1), rtol=1e-12)
+
+
+def test_maps_and_softmax(db, ab):
+    a, _ = ab
+    np.testing.assert_allclose(
+        cells(db, "SELECT * FROM tensor_cells(tensor_map(A, 'exp'))", a.shape), np.exp(a)
+    )
+    got = cells(db, "SELECT * FROM tensor_cells(tensor_map(A, fn => 'scale', param => -2.5))", a.shape)
+    np.testing.assert_allclose(got, -2.5 * a)
+    got = cells(db, "SELECT * FROM tensor_cells(softmax(A, over => 1))", a.shape)
+    np.testing.assert_allclose(got, np.exp(a) / np.exp(a).sum(1, keepdims=True), rtol=1e-12)
+    got = cells(db, "SELECT * FROM tensor_cells(softmax(A, over => [0, 1]))", a.shape)
+    np.testing.assert_allclose(got, np.exp(a) / np.exp(a).sum(), rtol=1e-12)
+
+
+def test_results_join_with_plain_tables(db, ab):
+    a, _ = ab
+    db.sql("CREATE OR REPLACE TABLE weights AS SELECT range AS id, 1.0 + range AS w FROM range(7)")
+    rows = db.sql(
+        "SELECT c.i0, c.value * w.w AS v FROM tensor_cells(einsum('ij->i', A)) AS c "
+        "JOIN weights AS w ON w.id = c.i0 ORDER BY c.i0"
+    ).fetchall()
+    np.testing.assert_allclose([v for _, v in rows], a.sum(1) * (1.0 + np.arange(7)), rtol=1e-12)
+
+
+def test_skip_zeros_and_the_python_twin(db):
+    x = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, -3.0]])
+    db.save(db.from_numpy(x, block_shape=(1, 2)), "sparse", replace=True)
+    rows = sorted(db.sql("SELECT * FROM tensor_cells(sparse, skip_zeros => true)").fetchall())
+    assert rows == [(0, 1, 1.5), (1, 0, 2.0), (1, 2, -3.0)]
+    python = db.table("sparse").to_rows(skip_zeros=True).to_pydict()
+    assert sorted(zip(*python.values(), strict=True)) == rows
+    assert db.table("sparse").to_rows().num_rows == 6
+    assert db.einsum("ij->ji", x).to_rows(skip_zeros=True).num_rows == 3  # arrays bound: computed first
+
+
+def test_integer_cells_keep_their_values(db):
+    big = np.array([2**62 + 1, -(2**62) - 3], dtype=np.int64)
+    db.save(db.from_numpy(big), "ints", replace=True)
+    assert sorted(db.sql("SELECT * FROM tensor_cells(ints)").fetchall()) == [
+        (0, 2**62 + 1),
+        (1, -(2**62) - 3),
+    ]
+
+
+def test_tensor_from_cells_round_trip(db, ab):
+    a, _ = ab
+    sql = (
+        "SELECT * FROM tensor_cells(tensor_from_cells((SELECT i0, i1, value FROM tensor_cells(A)), "
+        "shape => [7, 5], block_shape => [4, 4], dtype => 'float32'))"
+    )
+    np.testing.assert_allclose(cells(db, sql, (7, 5)), a.astype(np.float32), rtol=0)
+
+
+def test_create_table_as_registers_a_tensor(db, ab):
+    a, b = ab
+    assert db.sql("CREATE TABLE prod AS SELECT * FROM einsum('ij,jk->ik', A, B)") is None
+    np.testing.assert_allclose(db.table("prod").numpy(), a @ b, rtol=1e-12)
+    np.testing.assert_allclose(db.einsum("ik->ki", db.table("prod")).numpy(), (a @ b).T, rtol=1e-12)
+    with pytest.raises(ts.CatalogError, match="already exists"):
+        db.sql("CREATE TABLE prod AS SELECT * FROM einsum('ij->ji', A)")
+    assert db.sql("CREATE TABLE IF NOT EXISTS prod AS SELECT * FROM einsum('ij->ji', A)") is None
+    assert db.table("prod").shape == (7, 6)
+    db.sql("CREATE OR REPLACE TABLE prod AS SELECT * FROM einsum('ij->ji', A)")
+    np.testing.assert_allclose(db.table("prod").numpy(), a.T)
+    with pytest.raises(ts.CatalogError, match="a tensor table is written whole"):
+        db.sql("INSERT INTO prod SELECT * FROM prod")
+    db.sql("DROP TABLE prod")
+    assert "prod" not in db.tables()
+    with pytest.raises(ts.TableNotFoundError):
+        db.table("prod")
+
+
+def test_create_table_of_rows_is_a_plain_table(db, ab):
+    db.sql("CREATE OR REPLACE TABLE rows_of_a AS SELECT * FROM tensor_cells(A)")
+    assert "rows_of_a" not in db.tables()
+    assert db.sql("SELECT count(*) FROM rows_of_a").fetchall() == [(35,)]
+
+
+def test_explain_shows_the_graph_the_blocks_and_the_sql(db, ab):
+    rows = db.sql("EXPLAIN SELECT * FROM einsum('ij,jk->ik', A, B)").fetchall()
+    keys = [k for k, _ in rows]
+    assert keys[0] == "tensorsql: einsum('ij,jk->ik', A, B)"
+    text = rows[0][1]
+    assert "== EinGraph ==" in text and "== SQL ==" in text and "blocks" in text
+    assert any("physical_plan" in k for k in keys)
+
+
+def test_statements_without_tensor_functions_pass_through(db):
+    assert db.sql("SELECT 40 + 2 AS answer").fetchall() == [(42,)]
+    assert db.sql("SELECT tensor_itemsize('float32')").fetchall() == [(4,)]  # the extension's scalars
+
+
+@pytest.mark.parametrize(
+    ("sql", "error", "match"),
+    [
+        (
+            "SELECT * FROM einsum('ij,jk->ik', A, Nope)",
+            ts.TableNotFoundError,
+            r"operand 1 'Nope' is not a tensor",
+        ),
+        ("SELECT * FROM einsum('ij,jk->ik', A)", ts.EinsumError, r"einsum\('ij,jk->ik', A\): .*operand"),
+        ("SELECT * FROM einsum('ij,jk->ik', A, B)) x", ts.SQLSyntaxError, "line 1, column"),
+        ("SELECT einsum('ij->ji', A)", ts.SQLFrontendError, "is a table function: use it in FROM"),
+        ("SELECT * FROM einsum('ij->ji', A, foo => 1)", ts.SQLFrontendError, "unknown named argument 'foo'"),
+        (
+            "SELECT * FROM einsum('ij->ji', A, join => 'add', join => 'add')",
+            ts.SQLFrontendError,
+            "given twice",
+        ),
+        ("SELECT * FROM einsum(A)", ts.SQLFrontendError, "subscripts must be a string literal"),
+        (
+            "SELECT * FROM einsum('ij->ji', (SELECT * FROM A WHERE k0 = 0))",
+            ts.SQLFrontendError,
+            "must be a tensor",
+        ),
+        ("SELECT * FROM einsum('ij->ji', weights)", ts.TableNotFoundError, "'weights' is not a tensor table"),
+        ("SELECT * FROM einsum('ij,jk->ik', A, A)", ts.EinsumError, r"einsum\('ij,jk->ik', A, A\): .*size 7"),
+        ("SELECT * FROM einsum('ij->ji', A, join => 'xor')", ts.TensorSQLError, "xor"),
+        ("SELECT * FROM tensor_map(A, 'nope')", ts.TensorSQLError, "nope"),
+        ("SELECT * FROM softmax(A, over => 5)", ts.ShapeError, "out of range"),
+        ("SELECT * FROM tensor_cells(A, skip_zeros => 1)", ts.SQLFrontendError, "true or false"),
+        (
+            "SELECT * FROM tensor_from_cells((SELECT 1, 2.0), shape => 3)",
+            ts.SQLFrontendError,
+            r"list such as",
+        ),
+        ("SELECT 1; SELECT 2", ts.SQLFrontendError, "one statement at a time"),
+    ],
+)
+def test_bad_statements_give_typed_errors(db, ab, sql, error, match):
+    with pytest.raises(error, match=match):
+        db.sql(sql)
+
+
+def test_sql_needs_text(db):
+    with pytest.raises(ts.SQLFrontendError, match="SQL text"):
+        db.sql(42)  # type: ignore[arg-type]
