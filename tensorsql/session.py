@@ -130,7 +130,8 @@ class Session:
         if dropped and not statement.args.get("tables"):
             return None
         _refuse_insert(statement, self.executor.catalog)
-        out = relation(statement, "sql")
+        own = rw.original if rw.original is not None and not dropped else None  # the text, if untouched
+        out = relation(own if own is not None else statement, "sql")
         if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
             self._sql_kept[out] = rw.made
         return out

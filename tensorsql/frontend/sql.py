@@ -50,6 +50,8 @@ class Rewritten:
     #: every relation the statement's calls made: their temporary tables (``tensor_from_cells``, a call
     #: computed first) live as long as these do
     made: list[TensorRelation] = field(default_factory=list)
+    #: the statement's own text, when it has no tensor syntax (passed to DuckDB untouched)
+    original: str | None = None
 
 
 def parse(text: str) -> exp.Expression:
@@ -301,6 +303,8 @@ def rewrite(session: Session, text: str) -> Rewritten:
     create = _create(r, statement)
     if create is not None and not explain:
         return Rewritten(statement, r.calls, create, made=r.made)
+    if not explain and not any(_ours(n, FUNCTIONS) for n in statement.find_all(exp.Anonymous)):
+        return Rewritten(statement, original=text)  # no tensor syntax: DuckDB gets the text as written
     statement = r.rewrite(statement)
     return Rewritten(statement, r.calls, None, explain, r.made)
 

@@ -435,14 +435,17 @@ class DuckDBExecutor:
             return None
         return sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
 
-    def relation(self, statement: exp.Expression | pa.Table, what: str = "sql") -> duckdb.DuckDBPyRelation:
-        """DuckDB's relation for a user's statement (``Session.sql``), or for an Arrow table of rows; a
-        DuckDB error typed."""
+    def relation(
+        self, statement: exp.Expression | str | pa.Table, what: str = "sql"
+    ) -> duckdb.DuckDBPyRelation:
+        """DuckDB's relation for a user's statement (``Session.sql``: a sqlglot tree, or the user's own text
+        when it has nothing to rewrite), or for an Arrow table of rows; a DuckDB error typed."""
         with self._lock:
             try:
                 if isinstance(statement, pa.Table):
                     return self.con.from_arrow(statement)
-                return self.con.sql(sqlgen.sql_text(statement))
+                text = statement if isinstance(statement, str) else sqlgen.sql_text(statement)
+                return self.con.sql(text)
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
