@@ -179,17 +179,14 @@ class Shell:
         self.timer = False
 
     def tables(self) -> None:
-        s = self.s
-        names = s.tables()  # type: ignore[attr-defined]
-        table = pa.table(
-            {
-                "name": names,
-                "shape": [str(s.table(n).shape) for n in names],  # type: ignore[attr-defined]
-                "dtype": [s.table(n).node.dtype for n in names],  # type: ignore[attr-defined]
-                "blocks": [str(s.table(n).block_shape) for n in names],  # type: ignore[attr-defined]
-            }
-        )
-        print_table(table, self.out, limit=None)
+        info = self.s.tables(details=True)  # type: ignore[attr-defined]
+        shown = {
+            "name": info.column("name"),
+            "shape": pa.array([str(tuple(v)) for v in info.column("shape").to_pylist()]),
+            "dtype": info.column("dtype"),
+            "blocks": pa.array([str(tuple(v)) for v in info.column("block_shape").to_pylist()]),
+        }
+        print_table(pa.table(shown), self.out, limit=None)
 
     def command(self, line: str) -> bool:
         """A dot command; False to leave."""

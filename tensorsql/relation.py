@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from tensorsql import operators
 from tensorsql.backends import arrow
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import ConfigError
@@ -125,5 +126,87 @@ class TensorRelation:
         return TensorRelation(self.session, node, self.bindings, self.options)
 
     def __repr__(self) -> str:
-        kind = "stored" if isinstance(self.node, E.Source) else "lazy"
-        return f"<TensorRelation {kind} shape={self.shape} dtype={self.node.dtype}>"
+        if isinstance(self.node, E.Source):
+            return (
+                f"<TensorRelation stored shape={self.shape} dtype={self.node.dtype} "
+                f"blocks={self.node.block_shape}>"
+            )
+        blocks = f"blocks={self._plan.block_shape()}" if self._plan is not None else "not planned yet"
+        return f"<TensorRelation lazy (not computed) shape={self.shape} dtype={self.node.dtype} {blocks}>"
+
+    # -- Python operators (``tensorsql.operators``): the same lazy graph as einsum ---------------------------
+    def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> object:
+        """``ndarray <op> relation`` (numpy asks the relation first): the operators' relation. Any other ufunc
+        computes the relations and applies itself to the arrays, as before."""
+        op = operators.UFUNCS.get(ufunc.__name__)
+        if method == "__call__" and not kwargs and op is not None and len(inputs) == 2:
+            x, y = inputs
+            if x is self:
+                return op(self, y, False)
+            return op(self, x, True)
+        arrays = [i.numpy() if isinstance(i, TensorRelation) else i for i in inputs]
+        return getattr(ufunc, method)(*arrays, **kwargs)
+
+    def __add__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "add", "+")
+
+    def __radd__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "add", "+", reflected=True)
+
+    def __sub__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "subtract", "-")
+
+    def __rsub__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "subtract", "-", reflected=True)
+
+    def __mul__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "multiply", "*")
+
+    def __rmul__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "multiply", "*", reflected=True)
+
+    def __truediv__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "divide", "/")
+
+    def __rtruediv__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "divide", "/", reflected=True)
+
+    def __matmul__(self, other: object) -> TensorRelation:
+        return operators.matmul(self, other)
+
+    def __rmatmul__(self, other: object) -> TensorRelation:
+        return operators.matmul(self, other, reflected=True)
+
+    def __neg__(self) -> TensorRelation:
+        return self.session.map(self, "neg")
+
+    def __pos__(self) -> TensorRelation:
+        return self
+
+    def __abs__(self) -> TensorRelation:
+        return self.session.map(self, "abs")
+
+    def __pow__(self, exponent: object) -> TensorRelation:
+        return operators.power(self, exponent)
+
+    @property
+    def T(self) -> TensorRelation:
+        return operators.transpose(self)
+
+    def sum(self, axis: object = None) -> TensorRelation:
+        return operators.reduce(self, axis, "sum", "sum")
+
+    def max(self, axis: object = None) -> TensorRelation:
+        return operators.reduce(self, axis, "max", "max")
+
+    def min(self, axis: object = None) -> TensorRelation:
+        return operators.reduce(self, axis, "min", "min")
+
+    def prod(self, axis: object = None) -> TensorRelation:
+        return operators.reduce(self, axis, "prod", "prod")
+
+    def mean(self, axis: object = None) -> TensorRelation:
+        return operators.mean(self, axis)
+
+    def astype(self, dtype: object) -> TensorRelation:
+        return operators.astype(self, dtype)

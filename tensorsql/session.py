@@ -293,10 +293,23 @@ class Session:
         entry = self.executor.catalog.get(name)
         return self._stored(entry.name, entry.shape, entry.block_shape, entry.dtype, release=None)
 
-    def tables(self) -> list[str]:
-        """The names of the stored tensor relations, as spelled by their last save."""
+    def tables(self, details: bool = False) -> list[str] | pa.Table:
+        """The names of the stored tensor relations, as spelled by their last save; ``details=True``: an
+        Arrow table of (name, shape, dtype, block_shape), one row per tensor."""
         self.require_open("tables")
-        return self.executor.catalog.names()
+        _flag(details, "tables", "details")
+        names = self.executor.catalog.names()
+        if not details:
+            return names
+        entries = [self.executor.catalog.get(n) for n in names]
+        return pa.table(
+            {
+                "name": pa.array(names, pa.string()),
+                "shape": pa.array([list(e.shape) for e in entries], pa.list_(pa.int64())),
+                "dtype": pa.array([e.dtype for e in entries], pa.string()),
+                "block_shape": pa.array([list(e.block_shape) for e in entries], pa.list_(pa.int64())),
+            }
+        )
 
     def save(self, rel: TensorRelation, name: str, *, replace: bool = False) -> TensorRelation:
         """Stores ``rel`` as table ``name`` with its catalog entry. Names ignore the case of ASCII letters (as

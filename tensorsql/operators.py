@@ -1,0 +1,146 @@
+"""Python operators on relations: each builds the same lazy graph ``einsum`` does (so a chain of them is
+planned and run as one statement), with numpy's broadcasting and result dtypes.
+
+``a + b``, ``a - b``, ``a * b``, ``a / b``: an element-wise extended EinSum (join add / subtract /
+multiply / divide) over right-aligned labels; a Python or numpy scalar or array operand joins as an array
+operand. ``a @ b``: numpy's matmul as a contraction. ``-a``, ``abs(a)``, ``a ** k``: maps. ``a.T``,
+``a.sum(axis)``, ``a.max(axis)``, ``a.min(axis)``, ``a.mean(axis)``: unary EinSums. ``a.astype(dtype)``: a
+cast.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from tensorsql.dtypes import DTYPES, dtype_name
+from tensorsql.errors import OperatorError, ShapeError
+from tensorsql.ir import expr as E
+
+if TYPE_CHECKING:
+    from tensorsql.relation import TensorRelation
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _letters(n: int, what: str) -> str:
+    if n > len(_LETTERS):
+        raise ShapeError(f"{what}: a tensor of {n} dimensions has more than {len(_LETTERS)}")
+    return _LETTERS[:n]
+
+
+def _operand(x: TensorRelation, other: object, what: str) -> object:
+    """``other`` as an einsum operand: a relation of the same session, or an array (a Python scalar takes
+    numpy's weak-scalar dtype rule: ``float32 + 2`` stays float32)."""
+    from tensorsql.relation import TensorRelation
+
+    if isinstance(other, TensorRelation):
+        if other.session is not x.session:
+            raise ShapeError(f"{what}: the operands belong to different sessions")
+        return other
+    if isinstance(other, bool | numbers.Number) and not isinstance(other, np.generic):
+        return np.asarray(other, dtype=np.result_type(x.dtype, other))
+    try:
+        arr = np.asarray(other)
+    except Exception as exc:  # an object numpy cannot make an array of
+        raise OperatorError(f"{what}: cannot use a {type(other).__name__} as a tensor") from exc
+    if arr.dtype.kind not in "biufc":
+        raise OperatorError(f"{what}: cannot use an array of dtype {arr.dtype} as a tensor")
+    return arr
+
+
+def binary(x: TensorRelation, other: object, join: str, what: str, reflected: bool = False) -> TensorRelation:
+    """``x <op> other`` element-wise with numpy broadcasting (``other <op> x`` when ``reflected``)."""
+    y = _operand(x, other, what)
+    ny = len(np.shape(y)) if not hasattr(y, "node") else y.ndim  # type: ignore[attr-defined]
+    n = max(x.ndim, ny)
+    out = _letters(n, what)
+    lx, ly = out[n - x.ndim :], out[n - ny :]
+    a, b, la, lb = (y, x, ly, lx) if reflected else (x, y, lx, ly)
+    return x.session.einsum(f"{la},{lb}->{out}", a, b, join=join)
+
+
+def matmul(x: TensorRelation, other: object, reflected: bool = False) -> TensorRelation:
+    """numpy's ``@``: 1-d operands are vectors (their axis dropped from the result), batch axes broadcast."""
+    y = _operand(x, other, "@")
+    a, b = (y, x) if reflected else (x, y)
+    na = len(np.shape(a)) if not hasattr(a, "node") else a.ndim  # type: ignore[attr-defined]
+    nb = len(np.shape(b)) if not hasattr(b, "node") else b.ndim  # type: ignore[attr-defined]
+    if na == 0 or nb == 0:
+        raise ShapeError("@: matmul does not take a 0-d operand (use *)")
+    batch = max(na, nb, 2) - 2
+    letters = _letters(batch + 3, "@")
+    bl, i, j, k = letters[:batch], letters[batch], letters[batch + 1], letters[batch + 2]
+    la = j if na == 1 else bl[batch - (na - 2) :] + i + j
+    lb = j if nb == 1 else bl[batch - (nb - 2) :] + j + k
+    out = bl[batch - max(na, nb) + 2 :] if max(na, nb) > 2 else ""
+    out += ("" if na == 1 else i) + ("" if nb == 1 else k)
+    return x.session.einsum(f"{la},{lb}->{out}", a, b)
+
+
+def _axes(x: TensorRelation, axis: object, what: str) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(x.ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    out: list[int] = []
+    for a in items:
+        if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not -x.ndim <= int(a) < x.ndim:
+            raise ShapeError(f"{what}: axis {a!r} is out of range for a tensor of shape {x.shape}")
+        out.append(int(a) % x.ndim)
+    if len(set(out)) != len(out):
+        raise ShapeError(f"{what}: axis {axis!r} repeats an axis")
+    return tuple(out)
+
+
+def reduce(x: TensorRelation, axis: object, agg: str, what: str) -> TensorRelation:
+    """``x.sum(axis)`` (``max``, ``min``, ``prod``): a unary EinSum that aggregates the axes away."""
+    axes = _axes(x, axis, what)
+    letters = _letters(x.ndim, what)
+    keep = "".join(c for d, c in enumerate(letters) if d not in axes)
+    return x.session.einsum(f"{letters}->{keep}", x, agg=agg)
+
+
+def mean(x: TensorRelation, axis: object) -> TensorRelation:
+    axes = _axes(x, axis, "mean")
+    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
+    if count == 0:
+        raise ShapeError(f"mean: the axes {axes} of shape {x.shape} hold no elements")
+    total = reduce(x if x.dtype.kind in "fc" else x.astype("float64"), axis, "sum", "mean")
+    return x.session.map(total, "scale", 1.0 / count)
+
+
+def transpose(x: TensorRelation) -> TensorRelation:
+    letters = _letters(x.ndim, ".T")
+    return x.session.einsum(f"{letters}->{letters[::-1]}", x)
+
+
+def astype(x: TensorRelation, dtype: object) -> TensorRelation:
+    from tensorsql.frontend import numpy as frontend
+    from tensorsql.relation import TensorRelation
+
+    name = dtype_name(dtype)
+    if name not in DTYPES:
+        raise OperatorError(f"astype: dtype {dtype!r} is not one of {sorted(DTYPES)}")
+    node: E.Node = frontend.cast(x.node, name)
+    return TensorRelation(x.session, node, x.bindings)
+
+
+def power(x: TensorRelation, exponent: object) -> TensorRelation:
+    if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real):
+        raise OperatorError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
+    return x.session.map(x, "pow", float(exponent))
+
+
+#: numpy's binary ufuncs that are operators here: (relation, other, reflected) -> relation
+UFUNCS = {
+    "add": lambda x, y, r: binary(x, y, "add", "+", r),
+    "subtract": lambda x, y, r: binary(x, y, "subtract", "-", r),
+    "multiply": lambda x, y, r: binary(x, y, "multiply", "*", r),
+    "divide": lambda x, y, r: binary(x, y, "divide", "/", r),
+    "true_divide": lambda x, y, r: binary(x, y, "divide", "/", r),
+    "matmul": lambda x, y, r: matmul(x, y, r),
+}
+
+__all__ = ["UFUNCS", "astype", "binary", "matmul", "mean", "power", "reduce", "transpose"]

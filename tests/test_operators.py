@@ -1,0 +1,159 @@
+"""Python operators on relations against numpy: element-wise with broadcasting and scalars, matmul in every
+rank combination, reductions, transpose, casts, numpy arrays on either side; a chain of them is one plan."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import tensorsql as ts
+
+
+@pytest.fixture(scope="module")
+def s():
+    with ts.connect() as session:
+        yield session
+
+
+def close(got: object, want: np.ndarray) -> None:
+    arr = got.numpy() if isinstance(got, ts.TensorRelation) else np.asarray(got)
+    want = np.asarray(want)
+    assert arr.shape == want.shape and arr.dtype == want.dtype, (arr.shape, arr.dtype, want.shape, want.dtype)
+    scale = max(1.0, float(np.abs(want).max(initial=0)))
+    np.testing.assert_allclose(arr, want, rtol=1e-6, atol=1e-6 * scale)
+
+
+RNG = np.random.default_rng(16)
+X = RNG.standard_normal((4, 3))
+Y = RNG.standard_normal((3,))
+Z = RNG.uniform(0.5, 2.0, (2, 4, 3))
+
+CASES = [
+    ("x + y", lambda x, y, z: x + y),
+    ("y + x", lambda x, y, z: y + x),
+    ("x - z", lambda x, y, z: x - z),
+    ("z * x", lambda x, y, z: z * x),
+    ("x / z", lambda x, y, z: x / z),
+    ("2 + x", lambda x, y, z: 2 + x),
+    ("x - 0.5", lambda x, y, z: x - 0.5),
+    ("3 * x", lambda x, y, z: 3 * x),
+    ("1 / z", lambda x, y, z: 1 / z),
+    ("x @ y", lambda x, y, z: x @ y),
+    ("y @ x.T", lambda x, y, z: y @ x.T),
+    ("x.T @ x", lambda x, y, z: x.T @ x),
+    ("z @ y", lambda x, y, z: z @ y),
+    ("z @ x.T", lambda x, y, z: z @ x.T),
+    ("y @ y", lambda x, y, z: y @ y),
+    ("-x", lambda x, y, z: -x),
+    ("abs(x)", lambda x, y, z: abs(x)),
+    ("z ** 2", lambda x, y, z: z**2),
+    ("z ** 0.5", lambda x, y, z: z**0.5),
+    ("x.sum()", lambda x, y, z: x.sum()),
+    ("z.sum(axis=(0, 2))", lambda x, y, z: z.sum(axis=(0, 2))),
+    ("z.max(1)", lambda x, y, z: z.max(1)),
+    ("z.min(-1)", lambda x, y, z: z.min(-1)),
+    ("z.prod(0)", lambda x, y, z: z.prod(0)),
+    ("z.mean(axis=2)", lambda x, y, z: z.mean(axis=2)),
+    ("z.T", lambda x, y, z: z.T),
+    ("(x @ x.T + 1) * 2 - x.sum(1)", lambda x, y, z: (x @ x.T + 1) * 2 - x.sum(1)),
+]
+
+
+@pytest.mark.parametrize(("text", "fn"), CASES, ids=[c[0] for c in CASES])
+def test_operators_match_numpy(s, text, fn):
+    rels = [s.from_numpy(a, block_shape=tuple(max(1, n // 2) for n in a.shape)) for a in (X, Y, Z)]
+    got = fn(*rels)
+    assert isinstance(got, ts.TensorRelation), text
+    close(got, fn(X, Y, Z))
+
+
+def test_numpy_arrays_on_either_side_give_relations(s):
+    x = s.from_numpy(X)
+    for got, want in [
+        (np.ones(3) + x, np.ones(3) + X),
+        (Z - x, Z - X),
+        (np.ones((2, 4)) @ x, np.ones((2, 4)) @ X),
+        (x * np.float32(2), X * 2),
+    ]:
+        assert isinstance(got, ts.TensorRelation)
+        close(got, want)
+    assert isinstance(np.exp(x), np.ndarray)  # other ufuncs compute the relation, as before
+    np.testing.assert_allclose(np.exp(x), np.exp(X))
+
+
+def test_result_dtypes_follow_numpy(s):
+    f32 = s.from_numpy(X.astype(np.float32))
+    i32 = s.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+    assert (f32 + 2).dtype == np.float32  # a Python scalar is weak
+    assert (f32 + 2.5).dtype == np.float32
+    assert (i32 + 1).dtype == np.int32
+    assert (i32 / 2).dtype == np.float64
+    assert (f32 + np.ones(3, dtype=np.float64)).dtype == np.float64
+    assert i32.astype("float32").dtype == np.float32
+    close(i32.mean(0), np.arange(6, dtype=np.int32).reshape(2, 3).mean(0))
+    close(i32.astype(np.int64) * 2**40, np.arange(6, dtype=np.int64).reshape(2, 3) * 2**40)
+
+
+def test_a_chain_of_operators_is_one_plan(s):
+    x = s.from_numpy(X)
+    rel = (x @ x.T + 1).sum(0)
+    text = rel.explain()
+    assert text.count("EinSum") >= 3
+    assert "lazy (not computed)" in repr(rel) and "not planned yet" not in repr(rel)  # explain planned it
+
+
+@pytest.mark.parametrize(
+    ("fn", "error", "match"),
+    [
+        (lambda x: x + "a", ts.OperatorError, "dtype <U1"),
+        (lambda x: x + object(), ts.OperatorError, "dtype object"),
+        (lambda x: x + np.ones(4), ts.EinsumError, "size"),
+        (lambda x: x @ np.ones(5), ts.EinsumError, "size"),
+        (lambda x: x @ 2.0, ts.ShapeError, "0-d"),
+        (lambda x: x.sum(2), ts.ShapeError, "out of range"),
+        (lambda x: x.sum((0, 0)), ts.ShapeError, "repeats"),
+        (lambda x: x ** "2", ts.OperatorError, "exponent"),
+        (lambda x: x.astype("float16"), ts.TensorSQLError, "float16"),
+    ],
+)
+def test_bad_operands_give_typed_errors(s, fn, error, match):
+    with pytest.raises(error, match=match):
+        fn(s.from_numpy(X))
+
+
+def test_operands_of_two_sessions(s):
+    with ts.connect() as other, pytest.raises(ts.ShapeError, match="different sessions"):
+        s.from_numpy(X) + other.from_numpy(X)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    shapes=st.lists(st.integers(1, 4), min_size=0, max_size=3).flatmap(
+        lambda sh: st.tuples(st.just(tuple(sh)), st.lists(st.booleans(), min_size=len(sh), max_size=len(sh)))
+    ),
+    op=st.sampled_from(["+", "-", "*", "/"]),
+    data=st.data(),
+)
+def test_broadcasting_matches_numpy(s, shapes, op, data):
+    """Two operands whose shapes broadcast (some axes 1, some dropped from the front), any blocking."""
+    shape, ones = shapes
+    other = tuple(1 if one else n for n, one in zip(shape, ones, strict=True))
+    other = other[data.draw(st.integers(0, len(other))) :]
+    rng = np.random.default_rng(len(shape) + 10 * len(other))
+    a, b = rng.uniform(0.5, 2.0, shape), rng.uniform(0.5, 2.0, other)
+    ra = s.from_numpy(a, block_shape=tuple(data.draw(st.integers(1, n)) for n in shape))
+    rb = s.from_numpy(b)
+    got = {"+": ra + rb, "-": ra - rb, "*": ra * rb, "/": ra / rb}[op]
+    want = {"+": a + b, "-": a - b, "*": a * b, "/": a / b}[op]
+    close(got, want)
+
+
+def test_tables_with_details(s):
+    s.save(s.from_numpy(X, block_shape=(2, 3)), "ops_x", replace=True)
+    info = s.tables(details=True)
+    row = info.filter(info.column("name").to_numpy(zero_copy_only=False) == "ops_x").to_pylist()[0]
+    assert row == {"name": "ops_x", "shape": [4, 3], "dtype": "float64", "block_shape": [2, 3]}
+    with pytest.raises(ts.ConfigError, match="details= must be a bool"):
+        s.tables(details="yes")
