@@ -382,32 +382,42 @@ def cells_query(
     def num(n: int) -> exp.Literal:
         return exp.Literal.number(n)
 
+    # per block (not per cell): the offset of its first element per dimension, and the strides of its
+    # extents (edge blocks are smaller: DuckDB's own least(), not sqlglot's NULL-safe CASE, per block)
+    extents = [
+        exp.Anonymous(
+            this="least",
+            expressions=[num(b), exp.Sub(this=num(n), expression=exp.Mul(this=c(k), expression=num(b)))],
+        )
+        for k, n, b in zip(keys, shape, block_shape, strict=True)
+    ]
+    per_block: list[exp.Expression] = []
+    for d in range(r):
+        per_block.append(exp.alias_(exp.Mul(this=c(keys[d]), expression=num(block_shape[d])), f"o{d}"))
+        per_block.append(exp.alias_(extents[d].copy(), f"e{d}"))
+        stride: exp.Expression = num(1)
+        for e in extents[d + 1 :]:
+            stride = exp.Mul(this=stride, expression=e.copy())
+        per_block.append(exp.alias_(stride, f"s{d}"))
     lists = exp.select(
-        *[c(k) for k in keys],
+        *per_block,
         exp.alias_(exp.Anonymous(this=to_list, expressions=[c("tensor"), exp.Literal.string(dtype)]), "l"),
     ).from_(exp.Subquery(this=blocks, alias=exp.TableAlias(this=exp.to_identifier("_ts_blocks"))))
     flat = exp.Sub(
         this=exp.Anonymous(this="generate_subscripts", expressions=[c("l"), num(1)]), expression=num(1)
     )
+    block_cols = [c(f"{p}{d}") for d in range(r) for p in "oes"]
     cells = exp.select(
-        *[c(k) for k in keys],
+        *block_cols,
         exp.alias_(exp.Explode(this=c("l")), "value"),
         exp.alias_(flat, "f"),
     ).from_(exp.Subquery(this=lists, alias=exp.TableAlias(this=exp.to_identifier("_ts_lists"))))
-    extents = [
-        exp.Least(
-            this=num(b), expressions=[exp.Sub(this=num(n), expression=exp.Mul(this=c(k), expression=num(b)))]
-        )
-        for k, n, b in zip(keys, shape, block_shape, strict=True)
-    ]
     out: list[exp.Expression] = []
     for d in range(r):
-        stride: exp.Expression = num(1)
-        for e in extents[d + 1 :]:
-            stride = exp.Mul(this=stride, expression=e.copy())
-        step = exp.Paren(this=exp.IntDiv(this=c("f"), expression=exp.Paren(this=stride)))
-        local = exp.Mod(this=step, expression=extents[d].copy())
-        index = exp.Add(this=exp.Mul(this=c(keys[d]), expression=num(block_shape[d])), expression=local)
+        local: exp.Expression = exp.Paren(this=exp.IntDiv(this=c("f"), expression=c(f"s{d}")))
+        if d:  # the first dimension's quotient is below its extent already
+            local = exp.Mod(this=local, expression=c(f"e{d}"))
+        index = exp.Add(this=c(f"o{d}"), expression=local)
         out.append(exp.alias_(exp.Cast(this=index, to=exp.DataType.build("BIGINT")), f"i{d}"))
     q = exp.select(*out, c("value")).from_(
         exp.Subquery(this=cells, alias=exp.TableAlias(this=exp.to_identifier("_ts_cells")))
