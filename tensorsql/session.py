@@ -370,6 +370,55 @@ class Session:
         table = self.executor.ingest_rows(query, shape, bs, name)  # type: ignore[attr-defined]
         return self._stored(table, shape, bs, name, release=self.executor.drop)
 
+    def from_table(
+        self,
+        table: str,
+        columns: Sequence[str] | None = None,
+        *,
+        rows_by: str | Sequence[str] | None = None,
+        fill: float | None = None,
+        dtype: object = "float64",
+        block_shape: Sequence[int] | None = None,
+        blocks: Sequence[int] | None = None,
+    ) -> TensorRelation:
+        """A wide table (or a SELECT) -> a matrix: one row per table row, one column per feature.
+
+        ``table``: a table name (with ``columns``, the features in order) or a SELECT (its columns, less
+        ``rows_by``, unless ``columns`` names them); ``rows_by``: the column(s) that order the rows (row i
+        is the i-th in that order; without it, the source's own order); ``fill``: the value of a NULL
+        feature (without it a NULL is an error naming the column and the row). Built inside DuckDB
+        (``frontend.wide``), checked and packed like ``from_sql``.
+        """
+        from tensorsql.frontend import wide
+
+        self.require_open("from_table")
+        order = [rows_by] if isinstance(rows_by, str) else list(rows_by or [])
+        if fill is not None and (isinstance(fill, bool) or not isinstance(fill, int | float)):
+            raise ConfigError(f"from_table: fill must be a number, got {fill!r}")
+        src, cols = wide.source(table, columns)
+        local = getattr(self.executor, "local", self.executor)
+        probe = src.this if isinstance(src, exp.Subquery) else exp.select(exp.Star()).from_(src)
+        _, described = local.describe(
+            exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "from_table"
+        )
+        names = [str(d[0]) for d in described]
+        missing = [c for c in [*(cols or []), *order] if c not in names]
+        if missing:
+            raise ConfigError(f"from_table: no column {missing[0]!r} in {table!r} (columns: {names})")
+        if cols is None:
+            cols = [n for n in names if n not in order]
+        if not cols:
+            raise ConfigError(f"from_table: {table!r} has no feature columns besides rows_by={order}")
+        types = {str(d[0]): d for d in described}
+        wide.check_types([types[c] for c in cols], cols)
+        ((n,),) = local.describe(
+            exp.select(exp.Count(this=exp.Star())).from_(exp.Subquery(this=probe)), "from_table"
+        )[0]
+        query = wide.cells_query(src, cols, order, fill)
+        return self.from_sql(
+            query.sql(dialect="duckdb"), (int(n), len(cols)), block_shape, blocks, dtype=dtype
+        )
+
     # -- einsum --------------------------------------------------------------------------------------------
     def as_relation(self, operand: object) -> TensorRelation:
         self.require_open("as_relation")
@@ -459,7 +508,9 @@ def _dropped_tensors(statement: exp.Expression, catalog: object) -> list[str]:
         return []
     tables = list(statement.args.get("tables") or ([statement.this] if statement.this else []))
     tensors = [
-        t for t in tables if isinstance(t, exp.Table) and not t.args.get("db") and catalog.exists(t.name)  # type: ignore[attr-defined]
+        t
+        for t in tables
+        if isinstance(t, exp.Table) and not t.args.get("db") and catalog.exists(t.name)  # type: ignore[attr-defined]
     ]
     if statement.args.get("tables"):
         statement.set("tables", [t for t in tables if t not in tensors])

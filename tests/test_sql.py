@@ -225,3 +225,51 @@ def test_bad_statements_give_typed_errors(db, ab, sql, error, match):
 def test_sql_needs_text(db):
     with pytest.raises(ts.SQLFrontendError, match="SQL text"):
         db.sql(42)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def feats(db):
+    db.execute(
+        "CREATE OR REPLACE TABLE feats AS SELECT (9 - range) AS id, range * 1.5 AS a, "
+        "(range % 3)::INTEGER AS b, range % 2 = 0 AS c, 'x' || range AS label FROM range(10)"
+    )
+    db.execute(
+        "CREATE OR REPLACE TABLE holes AS SELECT range AS id, "
+        "CASE WHEN range = 3 THEN NULL ELSE range END AS x FROM range(5)"
+    )
+    r = np.arange(10)[::-1]  # row i is id i: the range value 9 - i
+    return np.stack([r * 1.5, r % 3, (r % 2 == 0)], axis=1)
+
+
+def test_from_table_makes_a_matrix_of_features(db, feats):
+    rel = db.from_table("feats", ["a", "b", "c"], rows_by="id", block_shape=(4, 2))
+    assert rel.shape == (10, 3) and rel.block_shape == (4, 2)
+    np.testing.assert_array_equal(rel.numpy(), feats)
+    sub = db.from_table("SELECT id, a, b FROM feats WHERE id >= 5", rows_by=["id"], dtype="float32")
+    np.testing.assert_array_equal(sub.numpy(), feats[5:, :2].astype(np.float32))
+
+
+def test_from_table_nulls_are_an_error_or_the_fill(db, feats):
+    np.testing.assert_array_equal(
+        db.from_table("holes", ["x"], rows_by="id", fill=-1).numpy().ravel(), [0, 1, 2, -1, 4]
+    )
+    with pytest.raises(ts.SQLExecutionError, match="column 'x' is NULL in row 3"):
+        db.from_table("holes", ["x"], rows_by="id")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error", "match"),
+    [
+        (("feats", ["label"]), {}, ts.DTypeError, "column 'label' has type VARCHAR"),
+        (("feats", ["nope"]), {}, ts.ConfigError, "no column 'nope'"),
+        (("feats",), {}, ts.ConfigError, "needs columns"),
+        (("feats", ["a", "a"]), {}, ts.ConfigError, "repeat"),
+        (("feats", ["a"]), {"rows_by": "nope"}, ts.ConfigError, "no column 'nope'"),
+        (("feats", ["a"]), {"fill": "zero"}, ts.ConfigError, "fill must be a number"),
+        (("SELECT id FROM feats",), {"rows_by": "id"}, ts.ConfigError, "no feature columns"),
+        ((42,), {}, ts.ConfigError, "table name or a SELECT"),
+    ],
+)
+def test_from_table_bad_arguments(db, feats, args, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        db.from_table(*args, **kwargs)

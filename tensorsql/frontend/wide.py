@@ -1,0 +1,112 @@
+"""Wide tables -> a matrix (``Session.from_table``): one row per table row, one column per feature, the shape
+ML pipelines start from. The rows become ``(row, feature, value)`` cells inside DuckDB (one SELECT per
+feature, UNION ALL), which ``from_sql`` packs into blocks; nothing passes through Python row by row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlglot
+from sqlglot import exp
+from sqlglot.errors import ParseError
+
+from tensorsql.errors import ConfigError, DTypeError
+
+#: DuckDB column types a feature may have (numbers and booleans)
+NUMERIC = (
+    "TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT",
+    "UHUGEINT", "FLOAT", "DOUBLE", "DECIMAL", "BOOLEAN", "REAL",
+)  # fmt: skip
+ROW = "_ts_row"
+SRC = "_ts_src"
+
+
+def _ident(name: object, what: str) -> exp.Identifier:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"from_table: {what} must be a non-empty str, got {name!r}")
+    return exp.to_identifier(name, quoted=True)
+
+
+def source(table: object, columns: Sequence[str] | None) -> tuple[exp.Expression, list[str] | None]:
+    """The rows to read: a table name (its ``columns``), or a SELECT (its own columns, or ``columns``)."""
+    if not isinstance(table, str) or not table.strip():
+        raise ConfigError(f"from_table: table must be a table name or a SELECT (a str), got {table!r}")
+    if columns is not None:
+        if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns) or not columns:
+            raise ConfigError(
+                f"from_table: columns must be a non-empty list of column names, got {columns!r}"
+            )
+        if len(set(columns)) != len(columns):
+            raise ConfigError(f"from_table: columns {list(columns)} repeat a name")
+    head = table.lstrip()[:6].upper()
+    if head.startswith(("SELECT", "WITH", "VALUES", "FROM")):
+        try:
+            query = sqlglot.parse_one(table, dialect="duckdb")
+        except ParseError as exc:
+            raise ConfigError(f"from_table: the query does not parse: {exc}") from exc
+        return exp.Subquery(this=query), list(columns) if columns is not None else None
+    if columns is None:
+        raise ConfigError("from_table: a table name needs columns=[...] (the features, in order)")
+    return exp.Table(this=_ident(table, "table")), list(columns)
+
+
+def cells_query(
+    src: exp.Expression,
+    columns: list[str],
+    rows_by: Sequence[str],
+    fill: float | None,
+) -> exp.Query:
+    """``(row, feature, value)`` of every row and feature: rows numbered in ``rows_by`` order (the source's
+    order without it), a NULL feature replaced by ``fill`` or stopping the statement with an error naming
+    the column and the row."""
+    order = [exp.Ordered(this=exp.column(_ident(c, "rows_by"))) for c in rows_by]
+    window = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=order) if order else None)
+    numbered = exp.select(
+        *[exp.column(_ident(c, "a column")) for c in columns],
+        exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), ROW, quoted=True),
+    ).from_(src.as_(SRC) if isinstance(src, exp.Table) else exp.Subquery(this=src.this, alias=SRC))
+    parts: list[exp.Query] = []
+    for j, name in enumerate(columns):
+        value: exp.Expression = exp.column(_ident(name, "a column"))
+        if fill is not None:
+            value = exp.Coalesce(this=value, expressions=[exp.Literal.number(fill)])
+        else:
+            message = exp.func(
+                "concat",
+                exp.Literal.string(f"from_table: column {name!r} is NULL in row "),
+                exp.column(ROW, quoted=True),
+                exp.Literal.string(" (give fill= to replace NULLs)"),
+            )
+            value = exp.Case(
+                ifs=[
+                    exp.If(
+                        this=exp.Is(this=value.copy(), expression=exp.Null()), true=exp.func("error", message)
+                    )
+                ],
+                default=value,
+            )
+        parts.append(
+            exp.select(exp.column(ROW, quoted=True), exp.Literal.number(j), value).from_("_ts_numbered")
+        )
+    body: exp.Query = parts[0]
+    for p in parts[1:]:
+        body = exp.union(body, p, distinct=False)
+    return (
+        exp.select(exp.Star())
+        .from_(exp.Subquery(this=body, alias="_ts_cells"))
+        .with_("_ts_numbered", numbered)
+    )
+
+
+def check_types(description: list[tuple], columns: list[str]) -> None:
+    """Every feature numeric or boolean (DTypeError naming the column otherwise)."""
+    for name, typ in zip(columns, [str(d[1]).upper() for d in description], strict=True):
+        base = typ.split("(")[0].strip()
+        if base not in NUMERIC:
+            raise DTypeError(
+                f"from_table: column {name!r} has type {typ}; a feature must be numeric or BOOLEAN"
+            )
+
+
+__all__ = ["cells_query", "check_types", "source"]
