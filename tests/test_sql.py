@@ -273,3 +273,36 @@ def test_from_table_nulls_are_an_error_or_the_fill(db, feats):
 def test_from_table_bad_arguments(db, feats, args, kwargs, error, match):
     with pytest.raises(error, match=match):
         db.from_table(*args, **kwargs)
+
+
+def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
+    """A database file tensorsql saved to, opened by plain DuckDB with only the extension loaded: the stored
+    ``tensor_cells`` macro gives (index, value) rows; ``s.sql`` passes the quoted form to it too."""
+    import duckdb
+
+    import udf_kernels
+
+    path = str(tmp_path / "plain.duckdb")
+    x = np.arange(24.0).reshape(2, 3, 4) - 7
+    with ts.connect(path) as s:
+        s.save(s.from_numpy(x, block_shape=(1, 2, 3)), "X3")
+        s.save(s.from_numpy(np.array([2**40 + 1, -5], dtype=np.int64)), "ints")
+    con = duckdb.connect(path, config={"allow_unsigned_extensions": "true"})
+    try:
+        udf_kernels.load(con)
+        got = np.full(x.shape, np.nan)
+        for index, value in con.sql("SELECT * FROM tensor_cells('X3')").fetchall():
+            got[tuple(index)] = value
+        np.testing.assert_array_equal(got, x)
+        assert con.sql("SELECT * FROM tensor_cells('ints') ORDER BY index").fetchall() == [
+            ([0], 2.0**40 + 1),
+            ([1], -5.0),
+        ]
+        assert con.sql("SELECT sum(value) FROM tensor_cells('x3') WHERE index[1] = 1").fetchall() == [
+            (float(x[1].sum()),)
+        ]
+    finally:
+        con.close()
+    with ts.connect(path) as s:
+        assert s.sql("SELECT count(*) FROM tensor_cells('X3')").fetchall() == [(24,)]
+        assert s.sql("SELECT * FROM tensor_cells(X3) LIMIT 0").columns == ["i0", "i1", "i2", "value"]

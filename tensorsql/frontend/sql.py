@@ -249,6 +249,9 @@ class _Rewriter:
                 inside = inside.find_ancestor(exp.Anonymous)
             if inside is not None:
                 continue  # an argument of an outer call: part of its graph
+            first = node.expressions[0] if node.expressions else None
+            if node.name.lower() == "tensor_cells" and isinstance(first, exp.Literal) and first.is_string:
+                continue  # tensor_cells('A'): the database's own macro, as plain DuckDB clients call it
             if not isinstance(parent, exp.Table):
                 if node.name.lower() == "tensor_map":
                     continue  # the extension's scalar tensor_map(fn, dtype, blob): DuckDB's

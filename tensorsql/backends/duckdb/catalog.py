@@ -17,6 +17,7 @@ from sqlglot import exp
 
 from tensorsql import metadata
 from tensorsql.backends.base import CatalogEntry
+from tensorsql.backends.duckdb import macros
 from tensorsql.backends.duckdb.errors import wrap
 from tensorsql.backends.duckdb.ingest import INTEGRAL
 from tensorsql.backends.duckdb.sqlgen import ident, sql_text
@@ -148,6 +149,7 @@ def _matches(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple]:
 def put(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
     """Records ``e``, replacing every entry DuckDB would take for the same table (any case of its name)."""
     ensure(con)
+    macros.ensure(con)  # tensor_cells for plain DuckDB clients
     for row in _matches(con, e.name):
         _rows(con, exp.delete(_table(), where=_eq("name", _param())), [row[0]])
     values = [e.name, e.dtype, json.dumps(list(e.shape)), json.dumps(list(e.block_shape)), FORMAT_VERSION]

@@ -1,0 +1,68 @@
+"""SQL macros stored in a tensorsql database, so that plain DuckDB clients (the CLI, any driver) with the
+extension loaded can read tensor tables as rows without the Python front end.
+
+``tensor_cells('A')``: rows ``(index BIGINT[], value DOUBLE)`` of tensor table ``A``, one per element. A
+table macro over ``query_table`` and the catalog, planned by DuckDB like any query: each block's elements
+are unnested in C order and each flat position turned back into the tensor's indices (edge blocks are
+smaller; their extents come from the key). int64/uint64 values pass through DOUBLE (exact up to 2**53);
+complex tensors are refused by ``tensor_to_list``. The Python front end's ``tensor_cells`` (``s.sql``) gives
+``(i0, ..., value)`` columns and exact integers.
+"""
+
+from __future__ import annotations
+
+import duckdb
+
+NAME = "tensor_cells"
+
+#: a constant statement (no user data in it): the macro's definition
+TENSOR_CELLS = """
+CREATE OR REPLACE MACRO tensor_cells(tensor_table) AS TABLE
+WITH meta AS (
+    SELECT CAST(shape AS BIGINT[]) AS shp, CAST(block_shape AS BIGINT[]) AS bs, dtype
+    FROM tensorsql_catalog
+    WHERE lower(name) = lower(tensor_table)
+), blocks AS (
+    SELECT list_value(*COLUMNS('^k[0-9]+$')) AS keys, tensor FROM query_table(tensor_table)
+), per_block AS (
+    SELECT
+        keys, bs,
+        list_transform(
+            range(len(shp)), lambda d: least(bs[d + 1], shp[d + 1] - keys[d + 1] * bs[d + 1])
+        ) AS e,
+        CASE
+            WHEN dtype = 'int64' THEN CAST(tensor_to_bigint_list(tensor, dtype) AS DOUBLE[])
+            WHEN dtype = 'uint64' THEN CAST(tensor_to_ubigint_list(tensor, dtype) AS DOUBLE[])
+            ELSE tensor_to_list(tensor, dtype)
+        END AS l
+    FROM blocks, meta
+), cells AS (
+    SELECT keys, bs, e, unnest(l) AS value, generate_subscripts(l, 1) - 1 AS f FROM per_block
+)
+SELECT
+    list_transform(
+        range(len(e)),
+        lambda d: keys[d + 1] * bs[d + 1]
+            + (f // CAST(coalesce(list_aggregate(e[d + 2:], 'product'), 1) AS BIGINT)) % e[d + 1]
+    ) AS index,
+    value
+FROM cells
+"""
+
+
+def _present(con: duckdb.DuckDBPyConnection) -> bool:
+    query = (
+        "SELECT count(*) FROM duckdb_functions() "
+        "WHERE function_name = ? AND database_name = current_database()"
+    )
+    rows = con.execute(query, [NAME]).fetchall()
+    return bool(rows[0][0])
+
+
+def ensure(con: duckdb.DuckDBPyConnection) -> None:
+    """The macros, in this database (made on a save: an older database gets them on its next save)."""
+    if not _present(con):
+        con.execute(TENSOR_CELLS)
+
+
+__all__ = ["NAME", "TENSOR_CELLS", "ensure"]
