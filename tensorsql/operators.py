@@ -14,6 +14,7 @@ import numbers
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
 from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import OperatorError, ShapeError
@@ -133,6 +134,86 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     return x.session.map(x, "pow", float(exponent))
 
 
+def _index(x: TensorRelation, key: object) -> tuple[list[slice], list[object]]:
+    """numpy basic indexing (ints, slices with any step, ``...``): the box of elements to read per dimension
+    (a slice of step 1) and the index that takes the result out of that box."""
+    items = list(key) if isinstance(key, tuple) else [key]
+    if sum(1 for k in items if k is Ellipsis) > 1:
+        raise ShapeError("[]: an index can only have a single ellipsis ('...')")
+    if Ellipsis in items:
+        at = items.index(Ellipsis)
+        items[at : at + 1] = [slice(None)] * (x.ndim - (len(items) - 1))
+    if len(items) > x.ndim:
+        raise ShapeError(f"[]: too many indices for a tensor of shape {x.shape}: {len(items)}")
+    items += [slice(None)] * (x.ndim - len(items))
+    box: list[slice] = []
+    local: list[object] = []
+    for d, (k, n) in enumerate(zip(items, x.shape, strict=True)):
+        if isinstance(k, bool) or not isinstance(k, numbers.Integral | slice):
+            raise OperatorError(
+                f"[]: index {k!r} of dimension {d}: only integers, slices and '...' (basic indexing) "
+                "are supported"
+            )
+        if isinstance(k, slice):
+            start, stop, step = k.indices(n)
+            span = range(start, stop, step)
+            if len(span) == 0:
+                box.append(slice(0, 0))
+                local.append(slice(0, 0))
+                continue
+            lo, hi = min(span[0], span[-1]), max(span[0], span[-1])
+            box.append(slice(lo, hi + 1))
+            stop = span[-1] - lo + (1 if step > 0 else -1)
+            local.append(slice(span[0] - lo, stop if stop >= 0 else None, step))
+        else:
+            i = int(k)
+            if not -n <= i < n:
+                raise ShapeError(f"[]: index {i} is out of bounds for dimension {d} of size {n}")
+            i %= n
+            box.append(slice(i, i + 1))
+            local.append(0)
+    return box, local
+
+
+def getitem(x: TensorRelation, key: object) -> np.ndarray:
+    """``x[key]`` as an array, computed from only the blocks that hold those elements (a restricted plan:
+    the other blocks are neither read nor computed), where the executor can run one."""
+    from tensorsql.backends import arrow
+
+    box, local = _index(x, key)
+    if any(b.stop <= b.start for b in box):
+        return np.zeros(tuple(b.stop - b.start for b in box), dtype=x.dtype)[tuple(local)]
+    run = getattr(x.session.executor, "run_blocks", None)
+    if run is None:  # a cluster: the whole value, then the index
+        return x.numpy()[tuple(box)][tuple(local)]
+    plan = x.plan()
+    bs = plan.block_shape()
+    ranges = {
+        f"k{d}": (b.start // n, (b.stop - 1) // n) for d, (b, n) in enumerate(zip(box, bs, strict=True))
+    }
+    table = run(plan, x.bindings, ranges)
+    # the covering blocks as an array of their own: keys from 0, the last block ragged only at the edge
+    first = [lo for lo, _ in ranges.values()]
+    shifted = {f"k{d}": pc_subtract(table.column(f"k{d}"), first[d]) for d in range(x.ndim)}
+    sub = pa.table({**shifted, "tensor": table.column("tensor")})
+    cover = tuple(
+        min((hi + 1) * n, size) - lo * n
+        for (lo, hi), n, size in zip(ranges.values(), bs, x.shape, strict=True)
+    )
+    arr = arrow.assemble(sub, cover, bs, x.node.dtype)
+    inner = tuple(
+        slice(b.start - lo * n, b.stop - lo * n)
+        for b, (lo, _), n in zip(box, ranges.values(), bs, strict=True)
+    )
+    return arr[inner][tuple(local)]
+
+
+def pc_subtract(column: object, value: int) -> pa.Array:
+    import pyarrow.compute as pc
+
+    return pc.subtract(column, pa.scalar(value, pa.int32())).cast(pa.int32())
+
+
 #: numpy's binary ufuncs that are operators here: (relation, other, reflected) -> relation
 UFUNCS = {
     "add": lambda x, y, r: binary(x, y, "add", "+", r),
@@ -143,4 +224,4 @@ UFUNCS = {
     "matmul": lambda x, y, r: matmul(x, y, r),
 }
 
-__all__ = ["UFUNCS", "astype", "binary", "matmul", "mean", "power", "reduce", "transpose"]
+__all__ = ["UFUNCS", "astype", "binary", "getitem", "matmul", "mean", "power", "reduce", "transpose"]

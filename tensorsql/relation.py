@@ -210,3 +210,17 @@ class TensorRelation:
 
     def astype(self, dtype: object) -> TensorRelation:
         return operators.astype(self, dtype)
+
+    def __getitem__(self, key: object) -> TensorRelation:
+        """numpy basic indexing (ints, slices, ``...``): a stored relation of those elements, computed from
+        only the blocks that hold them (the rest are neither read nor computed)."""
+        return self.session.from_numpy(operators.getitem(self, key))
+
+    def head(self, n: int = 5) -> np.ndarray:
+        """The first ``n`` entries along the first axis, as an array: a preview that reads (and computes) only
+        the blocks holding them."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ConfigError(f"head: n must be a non-negative int, got {n!r}")
+        if self.ndim == 0:
+            return self.numpy()
+        return operators.getitem(self, slice(0, n))

@@ -157,3 +157,57 @@ def test_tables_with_details(s):
     assert row == {"name": "ops_x", "shape": [4, 3], "dtype": "float64", "block_shape": [2, 3]}
     with pytest.raises(ts.ConfigError, match="details= must be a bool"):
         s.tables(details="yes")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_basic_indexing_matches_numpy(s, data):
+    shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
+    x = np.arange(float(np.prod(shape))).reshape(shape) - 3
+    rel = s.from_numpy(x, block_shape=tuple(data.draw(st.integers(1, n)) for n in shape))
+    key = []
+    for n in shape[: data.draw(st.integers(0, len(shape)))]:
+        if data.draw(st.booleans()):
+            key.append(data.draw(st.integers(-n, n - 1)))
+        else:
+            step = data.draw(st.sampled_from([None, 1, 2, -1, -2]))
+            bounds = st.none() | st.integers(-n - 1, n + 1)
+            key.append(slice(data.draw(bounds), data.draw(bounds), step))
+    if data.draw(st.booleans()):
+        key.insert(data.draw(st.integers(0, len(key))), Ellipsis)
+    want = x[tuple(key)]
+    got = (rel * 1)[tuple(key)]  # a lazy relation: its restricted plan
+    assert isinstance(got, ts.TensorRelation)
+    np.testing.assert_array_equal(got.numpy(), want)
+    np.testing.assert_array_equal(rel.head(2), x[:2])
+
+
+def test_a_slice_reads_only_the_blocks_that_hold_it(tmp_path):
+    """The block outside the slice is corrupt: a full read fails on it, the slice and head never touch it."""
+    with ts.connect(str(tmp_path / "slices.duckdb")) as s:
+        x = np.arange(40.0).reshape(8, 5)
+        s.save(s.from_numpy(x, block_shape=(4, 5)), "sliced")
+        s.execute('UPDATE "sliced" SET tensor = tensor_from_list([1.0], \'float64\') WHERE k0 = 1')
+        with pytest.raises(ts.CorruptTableError):
+            s.table("sliced").numpy()
+        np.testing.assert_array_equal(s.table("sliced")[1:3, ::2].numpy(), x[1:3, ::2])
+        np.testing.assert_array_equal((s.table("sliced") * 2)[:4].numpy(), 2 * x[:4])
+        np.testing.assert_array_equal(s.table("sliced").head(3), x[:3])
+
+
+@pytest.mark.parametrize(
+    ("key", "error", "match"),
+    [
+        ((0, 0, 0), ts.ShapeError, "too many indices"),
+        ((9,), ts.ShapeError, "out of bounds"),
+        ((Ellipsis, Ellipsis), ts.ShapeError, "single ellipsis"),
+        (([0, 1],), ts.OperatorError, "basic indexing"),
+        ((None,), ts.OperatorError, "basic indexing"),
+        ((1.5,), ts.OperatorError, "basic indexing"),
+    ],
+)
+def test_bad_indices_give_typed_errors(s, key, error, match):
+    with pytest.raises(error, match=match):
+        s.from_numpy(X)[key]
+    with pytest.raises(ts.ConfigError, match="non-negative int"):
+        s.from_numpy(X).head(-1)
