@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+from sqlglot import exp
 
 from tensorsql import operators
 from tensorsql.backends import arrow
@@ -83,24 +84,73 @@ class TensorRelation:
         table = self.session.executor.run_arrow(self.plan(), self.bindings, keep=True)
         return table.replace_schema_metadata(arrow.metadata(self.shape, self.block_shape, self.node.dtype))
 
-    def to_rows(self, *, skip_zeros: bool = False) -> pa.Table:
+    def to_rows(self, *, skip_zeros: bool = False, ids: bool | dict[int, pa.Table] = False) -> pa.Table:
         """The tensor as rows ``(i0, ..., i{r-1}, value)`` (SQL's ``tensor_cells``), made in SQL from the
-        blocks; ``skip_zeros`` leaves out the zero cells. Row order is not defined."""
+        blocks; ``skip_zeros`` leaves out the zero cells. ``ids``: True maps the positions of this relation's
+        id dimensions (``from_sql(index=...)``) back to their ids; or {dimension: a (position, id) table,
+        such as ``other.ids(0)``} maps a result's positions through another relation's ids. Row order is not
+        defined."""
         self.session.require_open("to_rows")
         if not isinstance(skip_zeros, bool):
             raise ConfigError(f"to_rows: skip_zeros must be a bool, got {type(skip_zeros).__name__}")
+        from tensorsql.frontend import ids as idmaps
         from tensorsql.frontend import sql as sqlfront
 
+        maps = self._id_sources(ids)
         relation = getattr(self.session.executor, "relation", None)
         if relation is None:  # a cluster: the blocks come back, the rows are made here
-            return sqlfront.cells_from_array(self.numpy(), skip_zeros)
+            rows = sqlfront.cells_from_array(self.numpy(), skip_zeros)
+            if not maps:
+                return rows
+            return self.session.executor.local.with_arrow(  # type: ignore[attr-defined]
+                {"_ts_cells_rows": rows, **{f"_ts_idmap_{d}": t for d, t in maps.items()}},
+                lambda: idmaps.rows_with_ids(
+                    exp.select(exp.Star()).from_("_ts_cells_rows"),
+                    self.ndim,
+                    {d: exp.Table(this=exp.to_identifier(f"_ts_idmap_{d}")) for d in maps},
+                ),
+            )
         rel = self
         query = self.session.executor.plan_query(rel.plan())
         if query is None:  # arrays bound, or a plan over the memory budget: computed into a table first
             rel = self.materialize()
             query = self.session.executor.plan_query(rel.plan())
         cells = sqlfront.cells_query(query, self.shape, rel.block_shape, self.node.dtype, skip_zeros)
-        return relation(cells, "to_rows").to_arrow_table()
+        if not maps:
+            return relation(cells, "to_rows").to_arrow_table()
+        views = {f"_ts_idmap_{d}": t for d, t in maps.items()}
+        tables = {d: exp.Table(this=exp.to_identifier(f"_ts_idmap_{d}")) for d in maps}
+        return self.session.executor.with_arrow(  # type: ignore[attr-defined]
+            views, lambda: idmaps.rows_with_ids(cells, self.ndim, tables)
+        )
+
+    def _id_sources(self, ids: object) -> dict[int, pa.Table]:
+        if ids is False or ids is None:
+            return {}
+        if ids is True:
+            maps = self.session._id_maps.get(self, {})
+            if not maps:
+                raise ConfigError(
+                    "to_rows: ids=True, but this relation has no ids (from_sql(index=...) gives them)"
+                )
+            return {d: self.ids(d) for d in maps}
+        if not isinstance(ids, dict):
+            raise ConfigError(
+                f"to_rows: ids= must be True or {{dimension: (position, id) table}}, got {ids!r}"
+            )
+        out: dict[int, pa.Table] = {}
+        for d, table in ids.items():
+            if isinstance(d, bool) or not isinstance(d, int) or not 0 <= d < self.ndim:
+                raise ConfigError(f"to_rows: ids= names dimension {d!r} of a {self.ndim}-d tensor")
+            if not isinstance(table, pa.Table) or table.column_names != ["position", "id"]:
+                raise ConfigError("to_rows: an ids= table has columns (position, id), as rel.ids(d) gives")
+            out[d] = table
+        return out
+
+    def ids(self, d: int) -> pa.Table:
+        """(position, id) of dimension ``d``, for a relation ``from_sql(index=...)`` made."""
+        self.session.require_open("ids")
+        return self.session.id_table(self, d)
 
     def save(self, name: str, *, replace: bool = False) -> TensorRelation:
         """Store as a table ``name`` with a catalog entry; returns the stored relation."""

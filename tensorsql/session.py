@@ -33,6 +33,7 @@ from tensorsql.errors import (
     OutOfMemoryError,
     SessionClosedError,
     ShapeError,
+    SQLExecutionError,
     TensorSQLError,
 )
 from tensorsql.frontend import numpy as frontend
@@ -59,6 +60,8 @@ class Session:
         #: write results straight into the returned array (result sinks); False: always through Arrow
         #: (``TENSORSQL_RESULT_SINK=0`` turns them off for new sessions)
         self.result_sink = os.environ.get("TENSORSQL_RESULT_SINK", "1").strip().lower() not in _OFF
+        #: the id mappings of relations ``from_sql(index=...)`` made: {dimension: temporary table}
+        self._id_maps: weakref.WeakKeyDictionary[TensorRelation, dict[int, str]] = weakref.WeakKeyDictionary()
         #: the relations an ``sql`` statement's calls made, by the DuckDB relation that reads them
         self._sql_kept: weakref.WeakKeyDictionary[object, list[TensorRelation]] = weakref.WeakKeyDictionary()
 
@@ -350,25 +353,107 @@ class Session:
     def from_sql(
         self,
         query: str,
-        shape: Sequence[int],
+        shape: Sequence[int | None] | None = None,
         block_shape: Sequence[int] | None = None,
         blocks: Sequence[int] | None = None,
         *,
         dtype: object = "float64",
+        index: bool | int | Sequence[int] | None = None,
     ) -> TensorRelation:
         """Rows (i0, ..., i{r-1}, value) of any query -> a blocked relation, built inside the engine.
 
         Duplicate coordinates are summed (COO semantics); coordinates that are not given are zero.
+        ``index``: the dimensions (or True: all) whose coordinates are arbitrary ids rather than positions:
+        they are mapped to positions 0..n-1 in sorted order inside DuckDB, and the mapping is kept next to the
+        tensor (``rel.ids(d)``; ``to_rows(ids=True)``). An id dimension's size may be left out (None in
+        ``shape``, or ``shape=None`` with ``index=True``): it is the number of distinct ids.
         """
         self.require_open("from_sql")
         if not isinstance(query, str):
             raise ConfigError(f"from_sql: query must be SQL text (a str), got {type(query).__name__}")
         query = str.__str__(query)
+        if index is not None and index is not False:
+            return self._from_ids(query, shape, block_shape, blocks, dtype, index)
+        if shape is None:
+            raise ConfigError("from_sql: shape= is needed (it may be left out only for index=True)")
         shape = _shape(shape, "from_sql")
         name = dtype_name(dtype)
         bs = resolve_block_shape(shape, block_shape, blocks, "from_sql")
         table = self.executor.ingest_rows(query, shape, bs, name)  # type: ignore[attr-defined]
         return self._stored(table, shape, bs, name, release=self.executor.drop)
+
+    def _from_ids(
+        self,
+        query: str,
+        shape: Sequence[int | None] | None,
+        block_shape: Sequence[int] | None,
+        blocks: Sequence[int] | None,
+        dtype: object,
+        index: object,
+    ) -> TensorRelation:
+        import sqlglot
+
+        from tensorsql.frontend import ids
+
+        local = getattr(self.executor, "local", self.executor)
+        try:
+            parsed = sqlglot.parse_one(query, read="duckdb")
+        except sqlglot.errors.SqlglotError as exc:
+            raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
+        if not isinstance(parsed, exp.Query):
+            raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
+        _, described = local.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
+        columns = len(described)
+        rank = len(shape) if shape is not None else columns - 1
+        if columns != rank + 1:
+            raise ShapeError(f"from_sql: the query has {columns} columns; a {rank}-d tensor needs {rank + 1}")
+        which = ids.dims(index, rank)
+        if shape is None and len(which) != rank:
+            raise ConfigError(
+                "from_sql: shape= is needed unless index=True (every dimension's size from its ids)"
+            )
+        sizes = list(shape) if shape is not None else [None] * rank
+        maps: dict[int, str] = {}
+        try:
+            for d in which:
+                name, create = ids.mapping(parsed, columns, d)
+                local.query(create, "from_sql")
+                maps[d] = name
+                ((count,),) = local.query(
+                    exp.select(exp.Count(this=exp.Star())).from_(exp.to_identifier(name, quoted=True)),
+                    "from_sql",
+                )
+                if sizes[d] is None:
+                    sizes[d] = int(count)
+                elif int(count) > _shape([sizes[d]], "from_sql")[0]:
+                    raise ShapeError(
+                        f"from_sql: dimension {d} has {count} distinct ids, more than its size {sizes[d]}"
+                    )
+            for d, n in enumerate(sizes):
+                if n is None:
+                    raise ConfigError(
+                        f"from_sql: dimension {d} holds positions, so its size must be in shape="
+                    )
+            rows = ids.positions(parsed, columns, maps).sql(dialect="duckdb")
+            rel = self.from_sql(rows, tuple(int(n) for n in sizes), block_shape, blocks, dtype=dtype)  # type: ignore[arg-type]
+        except BaseException:
+            for name in maps.values():
+                local.drop(name)
+            raise
+        self._id_maps[rel] = maps
+        weakref.finalize(rel, _drop_all, local, list(maps.values()))
+        return rel
+
+    def id_table(self, rel: TensorRelation, d: int) -> pa.Table:
+        """(position, id) of dimension ``d`` of a relation ``from_sql(index=...)`` made."""
+        maps = self._id_maps.get(rel, {})
+        if d not in maps:
+            have = sorted(maps) or "none"
+            raise ConfigError(f"ids: dimension {d} of this relation has no ids (dimensions with ids: {have})")
+        local = getattr(self.executor, "local", self.executor)
+        q = exp.select("position", "id").from_(exp.to_identifier(maps[d], quoted=True)).order_by("position")
+        rows = local.query(q, "ids")
+        return pa.table({"position": pa.array([r[0] for r in rows], pa.int64()), "id": [r[1] for r in rows]})
 
     def from_table(
         self,
@@ -499,6 +584,14 @@ class Session:
         (``placeholder``), planned once: each call binds the arrays and runs the cached plans."""
         self.require_open("compile")
         return Compiled(self, outputs, inputs)
+
+
+def _drop_all(executor: object, names: list[str]) -> None:
+    """A relation's id tables, dropped when it is collected (nothing to do once the session has closed)."""
+    if getattr(executor, "closed", False):
+        return
+    for name in names:
+        executor.drop(name)  # type: ignore[attr-defined]
 
 
 def _dropped_tensors(statement: exp.Expression, catalog: object) -> list[str]:

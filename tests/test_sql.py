@@ -306,3 +306,94 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
     with ts.connect(path) as s:
         assert s.sql("SELECT count(*) FROM tensor_cells('X3')").fetchall() == [(24,)]
         assert s.sql("SELECT * FROM tensor_cells(X3) LIMIT 0").columns == ["i0", "i1", "i2", "value"]
+
+
+@pytest.fixture
+def sales(db):
+    db.execute(
+        "CREATE OR REPLACE TABLE sales AS SELECT * FROM (VALUES ('bob', DATE '2024-01-02', 3.0), "
+        "('alice', DATE '2024-01-01', 1.5), ('bob', DATE '2024-01-01', 2.0), "
+        "('carol', DATE '2024-01-03', 4.0), ('alice', DATE '2024-01-01', 0.5)) t(who, day, amount)"
+    )
+
+
+def test_rows_with_arbitrary_ids_map_to_positions_and_back(db, sales):
+    import datetime
+
+    rel = db.from_sql("SELECT who, day, amount FROM sales", index=True)
+    np.testing.assert_array_equal(rel.numpy(), [[2.0, 0, 0], [2.0, 3.0, 0], [0, 0, 4.0]])
+    assert rel.ids(0).to_pydict() == {"position": [0, 1, 2], "id": ["alice", "bob", "carol"]}
+    assert rel.ids(1).column("id").to_pylist()[0] == datetime.date(2024, 1, 1)
+    rows = sorted(
+        (r["i0"], str(r["i1"]), r["value"]) for r in rel.to_rows(ids=True, skip_zeros=True).to_pylist()
+    )
+    assert rows == [
+        ("alice", "2024-01-01", 2.0),
+        ("bob", "2024-01-01", 2.0),
+        ("bob", "2024-01-02", 3.0),
+        ("carol", "2024-01-03", 4.0),
+    ]
+    per_person = rel.sum(1).to_rows(ids={0: rel.ids(0)}).to_pylist()  # a result mapped back
+    assert sorted((r["i0"], r["value"]) for r in per_person) == [("alice", 2.0), ("bob", 5.0), ("carol", 4.0)]
+
+
+def test_some_dimensions_ids_others_positions(db):
+    rel = db.from_sql("SELECT 100000 + 7 * range, range % 3, 1.0 FROM range(6)", shape=(None, 3), index=[0])
+    assert rel.shape == (6, 3)
+    assert rel.ids(0).column("id").to_pylist() == [100000 + 7 * i for i in range(6)]
+    np.testing.assert_array_equal(rel.numpy(), np.eye(3)[np.arange(6) % 3])
+    wide = db.from_sql("SELECT 'k' || range, range, 1.0 FROM range(2)", shape=(5, 2), index=[0])
+    assert wide.shape == (5, 2)  # a size given may exceed the ids: the other positions are zero
+
+
+def test_id_tables_go_with_their_relation(db):
+    def id_tables() -> int:
+        return db.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '_ts_ids%'")[0][0]
+
+    before = id_tables()
+    rel = db.from_sql("SELECT 'a' || range, 1.0 FROM range(4)", index=True)
+    assert id_tables() == before + 1
+    del rel
+    import gc
+
+    gc.collect()
+    assert id_tables() == before
+
+
+@pytest.mark.parametrize(
+    ("query", "kwargs", "error", "match"),
+    [
+        (
+            "SELECT NULL::VARCHAR, 1.0 UNION ALL SELECT 'a', 2.0",
+            {"index": True},
+            ts.ShapeError,
+            "NULL coordinate",
+        ),
+        (
+            "SELECT 'a' || range, 1.0 FROM range(4)",
+            {"shape": (3,), "index": True},
+            ts.ShapeError,
+            "4 distinct ids",
+        ),
+        ("SELECT 'a', 1, 1.0", {"index": [0]}, ts.ConfigError, "shape= is needed"),
+        ("SELECT 'a', 1, 1.0", {"shape": (None, None), "index": [0]}, ts.ConfigError, "holds positions"),
+        ("SELECT 'a', 1.0", {"index": [3]}, ts.ConfigError, "names dimension 3"),
+        ("SELECT 'a', 1.0", {"index": [0, 0], "shape": (None,)}, ts.ConfigError, "repeats"),
+        ("SELECT 'a', 'b', 1.0", {"shape": (None,), "index": True}, ts.ShapeError, "3 columns"),
+        ("SELECT 1, 1.0", {}, ts.ConfigError, "shape= is needed"),
+    ],
+)
+def test_bad_id_rows(db, query, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        db.from_sql(query, **kwargs)
+
+
+def test_to_rows_id_arguments_are_checked(db, sales):
+    rel = db.from_sql("SELECT who, day, amount FROM sales", index=True)
+    plain = db.from_numpy(np.ones((2, 2)))
+    with pytest.raises(ts.ConfigError, match="has no ids"):
+        plain.to_rows(ids=True)
+    with pytest.raises(ts.ConfigError, match=r"columns \(position, id\)"):
+        plain.to_rows(ids={0: pa.table({"a": [1]})})
+    with pytest.raises(ts.ConfigError, match="names dimension 5"):
+        rel.to_rows(ids={5: rel.ids(0)})

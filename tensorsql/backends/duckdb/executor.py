@@ -449,6 +449,19 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
+    def with_arrow(self, views: Mapping[str, pa.Table], build: Callable[[], exp.Query]) -> pa.Table:
+        """The rows of ``build()``'s query, with Arrow tables registered under ``views`` while it runs."""
+        with self._lock:
+            try:
+                for name, table in views.items():
+                    self.con.register(name, table)
+                return self.con.sql(sqlgen.sql_text(build())).to_arrow_table()
+            except duckdb.Error as exc:
+                raise wrap(exc, "to_rows") from exc
+            finally:
+                for name in views:
+                    self.con.unregister(name)
+
     def text(self, plan: Plan, pretty: bool = True) -> str:
         """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
         st = self._statement(plan)
