@@ -40,7 +40,10 @@ HELP = """\
 def _session(database: str, read_only: bool = False) -> object:
     import tensorsql as ts
 
-    return ts.connect(database, read_only=read_only, progress=sys.stderr.isatty())
+    s = ts.connect(database, read_only=read_only, progress=sys.stderr.isatty())
+    if sys.stderr.isatty():  # DuckDB's own progress bar for long statements, where it applies
+        s.execute("SET enable_progress_bar = true")
+    return s
 
 
 # -- results -------------------------------------------------------------------------------------------------
