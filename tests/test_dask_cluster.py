@@ -365,3 +365,15 @@ def test_cluster_only_options_are_config_errors():
         ts.connect(cluster="tcp://127.0.0.1:1", worker_memory_limit="1GB")
     with pytest.raises(ConfigError, match="worker_memory_limit='lots' is not a size"):
         ts.connect(workers=1, worker_memory_limit="lots")
+
+
+def test_rows_slices_and_operators_on_the_cluster(cs):
+    x = np.arange(12.0).reshape(3, 4)
+    rel = cs.from_numpy(x, block_shape=(2, 2))
+    rows = sorted(zip(*rel.to_rows(skip_zeros=True).to_pydict().values(), strict=True))
+    assert rows == [(i, j, x[i, j]) for i in range(3) for j in range(4) if x[i, j]]
+    np.testing.assert_array_equal(rel[1:, ::2].numpy(), x[1:, ::2])
+    np.testing.assert_array_equal(rel.head(1), x[:1])
+    np.testing.assert_allclose((rel @ rel.T + 1).numpy(), x @ x.T + 1)
+    with pytest.raises(ConfigError, match="embedded DuckDB session"):
+        cs.sql("SELECT 1")
