@@ -48,11 +48,14 @@ def _session(database: str, read_only: bool = False) -> object:
 
 # -- results -------------------------------------------------------------------------------------------------
 def _printable(table: pa.Table) -> pa.Table:
-    """Binary columns (tensor blobs) as a short description: terminals and CSV take text."""
+    """Binary columns (tensor blobs) as a short description, nested ones (lists, structs) as text: terminals
+    and CSV take text."""
     cols = {}
     for name, col in zip(table.column_names, table.columns, strict=True):
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = pa.array([None if v is None else f"<blob {len(v)} bytes>" for v in col.to_pylist()])
+        elif pa.types.is_nested(col.type):
+            col = pa.array([None if v is None else str(v) for v in col.to_pylist()], pa.string())
         cols[name] = col
     return pa.table(cols) if cols else table
 
@@ -78,6 +81,15 @@ def write_result(result: object, args: argparse.Namespace, out: IO[str]) -> None
     if result is None:
         out.write("OK\n")
         return
+    table_mode = not (
+        getattr(args, "parquet", None) or getattr(args, "csv", False) or getattr(args, "json", False)
+    )
+    if table_mode:
+        shown, more = _first_rows(result, SHOWN_ROWS)
+        print_table(shown, out, limit=None)
+        if more:
+            out.write(f"(only the first {SHOWN_ROWS} rows shown; --csv, --json or --parquet give them all)\n")
+        return
     table = result.to_arrow_table()  # type: ignore[attr-defined]
     if getattr(args, "parquet", None):
         import pyarrow.parquet as pq
@@ -96,6 +108,20 @@ def write_result(result: object, args: argparse.Namespace, out: IO[str]) -> None
         print_table(table, out)
 
 
+def _first_rows(result: object, limit: int) -> tuple[pa.Table, bool]:
+    """At most ``limit`` rows of a result, read batch by batch (a big result is not read whole to show its
+    first rows), and whether there were more."""
+    reader = result.arrow()  # type: ignore[attr-defined]
+    batches, rows = [], 0
+    for batch in reader:
+        batches.append(batch)
+        rows += batch.num_rows
+        if rows > limit:
+            break
+    table = pa.Table.from_batches(batches, schema=reader.schema)
+    return table.slice(0, limit), rows > limit
+
+
 # -- commands ------------------------------------------------------------------------------------------------
 def cmd_sql(args: argparse.Namespace, out: IO[str]) -> int:
     with _session(args.database) as s:  # type: ignore[attr-defined]
@@ -105,7 +131,7 @@ def cmd_sql(args: argparse.Namespace, out: IO[str]) -> int:
 
 def cmd_explain(args: argparse.Namespace, out: IO[str]) -> int:
     with _session(args.database) as s:  # type: ignore[attr-defined]
-        for key, value in s.sql(f"EXPLAIN {args.statement}").fetchall():
+        for key, value in s.sql(args.statement, explain=True).fetchall():
             out.write(f"== {key} ==\n{value}\n")
     return 0
 
@@ -211,7 +237,7 @@ class Shell:
             if not statement:
                 self.out.write("usage: .explain SELECT ...\n")
             else:
-                self.run(f"EXPLAIN {statement}", explain=True)
+                self.run(statement, explain=True)
         else:
             self.out.write(f"unknown command {word!r}; .help lists them\n")
         return True
@@ -221,7 +247,7 @@ class Shell:
 
         start = time.perf_counter()
         try:
-            result = self.s.sql(statement)  # type: ignore[attr-defined]
+            result = self.s.sql(statement, explain=explain)  # type: ignore[attr-defined]
             if explain and result is not None:
                 for key, value in result.fetchall():
                     self.out.write(f"== {key} ==\n{value}\n")
@@ -321,9 +347,18 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
     from tensorsql.errors import TensorSQLError
 
     args = parser().parse_args(argv)
+    database = getattr(args, "database", ":memory:")
+    if args.command in ("explain", "export") and database != ":memory:" and not os.path.exists(database):
+        sys.stderr.write(f"tensorsql: no database file {database!r}\n")
+        return 1
+    if args.command in ("sql", "shell") and database != ":memory:" and not os.path.exists(database):
+        sys.stderr.write(f"tensorsql: {database!r} does not exist: creating a new database\n")
     try:
         return int(args.run(args, out or sys.stdout))
     except TensorSQLError as exc:
+        sys.stderr.write(f"tensorsql: {type(exc).__name__}: {exc}\n")
+        return 1
+    except (OSError, ValueError, pa.ArrowException) as exc:  # a file that cannot be read or written
         sys.stderr.write(f"tensorsql: {type(exc).__name__}: {exc}\n")
         return 1
 

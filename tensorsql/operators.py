@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from tensorsql.dtypes import DTYPES, dtype_name
-from tensorsql.errors import OperatorError, ShapeError
+from tensorsql.errors import OperatorError, RangeError, ShapeError
 from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
@@ -42,7 +42,10 @@ def _operand(x: TensorRelation, other: object, what: str) -> object:
             raise ShapeError(f"{what}: the operands belong to different sessions")
         return other
     if isinstance(other, bool | numbers.Number) and not isinstance(other, np.generic):
-        return np.asarray(other, dtype=np.result_type(x.dtype, other))
+        try:
+            return np.asarray(other, dtype=np.result_type(x.dtype, other))
+        except OverflowError as exc:
+            raise RangeError(f"{what}: {other!r} does not fit the tensor's dtype {x.dtype}") from exc
     try:
         arr = np.asarray(other)
     except Exception as exc:  # an object numpy cannot make an array of
@@ -138,10 +141,11 @@ def _index(x: TensorRelation, key: object) -> tuple[list[slice], list[object]]:
     """numpy basic indexing (ints, slices with any step, ``...``): the box of elements to read per dimension
     (a slice of step 1) and the index that takes the result out of that box."""
     items = list(key) if isinstance(key, tuple) else [key]
-    if sum(1 for k in items if k is Ellipsis) > 1:
+    ellipses = [i for i, k in enumerate(items) if k is Ellipsis]  # `is`: an array key has no truth value
+    if len(ellipses) > 1:
         raise ShapeError("[]: an index can only have a single ellipsis ('...')")
-    if Ellipsis in items:
-        at = items.index(Ellipsis)
+    if ellipses:
+        at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (x.ndim - (len(items) - 1))
     if len(items) > x.ndim:
         raise ShapeError(f"[]: too many indices for a tensor of shape {x.shape}: {len(items)}")

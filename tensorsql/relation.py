@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -265,6 +266,17 @@ class TensorRelation:
         """numpy basic indexing (ints, slices, ``...``): a stored relation of those elements, computed from
         only the blocks that hold them (the rest are neither read nor computed)."""
         return self.session.from_numpy(operators.getitem(self, key))
+
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[TensorRelation]:
+        """Along the first axis, as numpy's arrays iterate (each step reads the blocks of one row)."""
+        if self.ndim == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return (self[i] for i in range(self.shape[0]))
 
     def head(self, n: int = 5) -> np.ndarray:
         """The first ``n`` entries along the first axis, as an array: a preview that reads (and computes) only

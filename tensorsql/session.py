@@ -8,6 +8,7 @@ chosen in ``connect`` and reached only through the ``Executor`` protocol (``back
 from __future__ import annotations
 
 import math
+import numbers
 import operator
 import os
 import weakref
@@ -34,6 +35,7 @@ from tensorsql.errors import (
     SessionClosedError,
     ShapeError,
     SQLExecutionError,
+    SQLFrontendError,
     TensorSQLError,
 )
 from tensorsql.frontend import numpy as frontend
@@ -102,12 +104,13 @@ class Session:
             )
         return self.executor.query(query, str(what))  # type: ignore[attr-defined]
 
-    def sql(self, query: str) -> object:
+    def sql(self, query: str, *, explain: bool = False) -> object:
         """One DuckDB SQL statement in which tensor tables are ordinary tables and the tensor table functions
         (``einsum``, ``tensor_map``, ``softmax``, ``tensor_cells``, ``tensor_from_cells``) are available:
         each is planned like the Python API and replaced by its generated query (README "SQL"). Returns
         DuckDB's relation for the statement (``.fetchall()``, ``.arrow()``, ``.df()``); ``CREATE [OR
-        REPLACE] TABLE t AS SELECT * FROM <tensor function>`` saves ``t`` as a tensor table (None)."""
+        REPLACE] TABLE t AS SELECT * FROM <tensor function>`` saves ``t`` as a tensor table (None).
+        ``explain=True`` (or a statement starting with ``EXPLAIN``): the plans' rows, not the statement's."""
         from tensorsql.frontend import sql as sqlfront
 
         self.require_open("sql")
@@ -117,7 +120,8 @@ class Session:
                 f"sql runs on the embedded DuckDB session; this one runs on {self.executor.name!r} "
                 "(use execute() for its own database)"
             )
-        rw = sqlfront.rewrite(self, query)
+        _flag(explain, "sql", "explain")
+        rw = sqlfront.rewrite(self, query, explain=explain)
         if rw.explain:
             return relation(self._explain_rows(rw), "EXPLAIN")
         if rw.create is not None:
@@ -127,13 +131,26 @@ class Session:
             self.save(rel, name, replace=replace)
             return None
         statement = rw.statement
-        dropped = _dropped_tensors(statement, self.executor.catalog)
-        for name in dropped:
-            self.drop(name)
-        if dropped and not statement.args.get("tables"):
+        catalog = self.executor.catalog
+        dropped, others = _dropped_tensors(statement, catalog)
+        if dropped:
+            if others:  # DuckDB drops the plain ones first: if it fails, no tensor is gone
+                statement.set("tables", others)
+                relation(statement, "sql").fetchall()
+            for name in dropped:
+                self.drop(name)
             return None
-        _refuse_insert(statement, self.executor.catalog)
-        own = rw.original if rw.original is not None and not dropped else None  # the text, if untouched
+        _refuse_writes(statement, catalog)
+        if (
+            rw.temps
+            and isinstance(statement, exp.Create)
+            and str(statement.args.get("kind", "")).upper() == "VIEW"
+        ):
+            raise SQLFrontendError(
+                "CREATE VIEW over tensor_from_cells or a call computed first would read temporary tables "
+                "that go with this statement; save the tensor first (CREATE TABLE t AS SELECT * FROM ...)"
+            )
+        own = rw.original  # the statement's own text when it had nothing to rewrite
         out = relation(own if own is not None else statement, "sql")
         if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
             self._sql_kept[out] = rw.made
@@ -477,8 +494,12 @@ class Session:
         from tensorsql.frontend import wide
 
         self.require_open("from_table")
+        if rows_by is not None and not isinstance(rows_by, str | list | tuple):
+            raise ConfigError(f"from_table: rows_by must be a column name or a list of them, got {rows_by!r}")
         order = [rows_by] if isinstance(rows_by, str) else list(rows_by or [])
-        if fill is not None and (isinstance(fill, bool) or not isinstance(fill, int | float)):
+        if not all(isinstance(c, str) and c for c in order):
+            raise ConfigError(f"from_table: rows_by must be a column name or a list of them, got {rows_by!r}")
+        if fill is not None and (isinstance(fill, bool) or not isinstance(fill, numbers.Real)):
             raise ConfigError(f"from_table: fill must be a number, got {fill!r}")
         src, cols = wide.source(table, columns)
         local = getattr(self.executor, "local", self.executor)
@@ -594,34 +615,59 @@ def _drop_all(executor: object, names: list[str]) -> None:
         executor.drop(name)  # type: ignore[attr-defined]
 
 
-def _dropped_tensors(statement: exp.Expression, catalog: object) -> list[str]:
-    """The tensor tables a ``DROP TABLE`` names (dropped with their catalog entries, as ``Session.drop``);
-    the statement is left with the other tables, if any."""
+def _tensor(target: object, catalog: object) -> str | None:
+    """The catalog's name for a table reference that is a tensor table (unqualified, or in ``main``); None
+    for anything else (a plain table, a view, another schema)."""
+    if isinstance(target, exp.Schema):
+        target = target.this
+    if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
+        return None
+    if target.args.get("catalog") or (target.args.get("db") and target.text("db").lower() != "main"):
+        return None
+    want = metadata.fold(target.name)
+    for name in catalog.names():  # type: ignore[attr-defined]
+        if metadata.fold(name) == want:
+            return name
+    return None
+
+
+def _dropped_tensors(statement: exp.Expression, catalog: object) -> tuple[list[str], list[exp.Table]]:
+    """The tensor tables a ``DROP TABLE`` names (dropped with their catalog entries, as ``Session.drop``) and
+    the other tables it names (dropped by DuckDB first, so a failure there drops nothing)."""
     if not (isinstance(statement, exp.Drop) and str(statement.args.get("kind", "")).upper() == "TABLE"):
-        return []
+        return [], []
     tables = list(statement.args.get("tables") or ([statement.this] if statement.this else []))
-    tensors = [
-        t
-        for t in tables
-        if isinstance(t, exp.Table) and not t.args.get("db") and catalog.exists(t.name)  # type: ignore[attr-defined]
-    ]
-    if statement.args.get("tables"):
-        statement.set("tables", [t for t in tables if t not in tensors])
-    return [t.name for t in tensors]
+    tensors = [t for t in tables if _tensor(t, catalog) is not None]
+    return [str(_tensor(t, catalog)) for t in tensors], [t for t in tables if t not in tensors]
 
 
-def _refuse_insert(statement: exp.Expression, catalog: object) -> None:
-    """A tensor table holds each block once: rows inserted would make duplicates or holes."""
-    if isinstance(statement, exp.Insert):
-        target = statement.this
-        if isinstance(target, exp.Schema):
-            target = target.this
-        tensor = isinstance(target, exp.Table) and not target.args.get("db") and catalog.exists(target.name)  # type: ignore[attr-defined]
-        if tensor:
-            raise CatalogError(
-                f"INSERT INTO {target.name!r}: a tensor table is written whole; use CREATE OR REPLACE TABLE "
-                f"{target.name} AS SELECT * FROM einsum(...)"
-            )
+def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
+    """A tensor table holds each block once, with its catalog entry: rows inserted, changed or deleted, a
+    table renamed or replaced by a plain one would leave a tensor that is wrong or an entry that is stale."""
+    kinds = {
+        exp.Insert: "INSERT INTO",
+        exp.Update: "UPDATE",
+        exp.Delete: "DELETE FROM",
+        exp.Alter: "ALTER TABLE",
+        exp.TruncateTable: "TRUNCATE",
+        exp.Create: "CREATE OR REPLACE",
+    }
+    for kind, verb in kinds.items():
+        if not isinstance(statement, kind):
+            continue
+        if isinstance(statement, exp.TruncateTable):
+            targets = list(statement.expressions)
+        else:
+            targets = [statement.this]
+        if isinstance(statement, exp.Create) and not statement.args.get("replace"):
+            return  # a plain CREATE of an existing name fails in DuckDB, typed
+        for target in targets:
+            name = _tensor(target, catalog)
+            if name is not None:
+                raise CatalogError(
+                    f"{verb} {name!r}: {name!r} is a tensor table, written whole with its catalog entry; "
+                    f"use CREATE OR REPLACE TABLE {name} AS SELECT * FROM einsum(...), or s.drop({name!r})"
+                )
 
 
 class Compiled:

@@ -187,7 +187,7 @@ def test_a_slice_reads_only_the_blocks_that_hold_it(tmp_path):
     with ts.connect(str(tmp_path / "slices.duckdb")) as s:
         x = np.arange(40.0).reshape(8, 5)
         s.save(s.from_numpy(x, block_shape=(4, 5)), "sliced")
-        s.execute('UPDATE "sliced" SET tensor = tensor_from_list([1.0], \'float64\') WHERE k0 = 1')
+        s.execute("UPDATE \"sliced\" SET tensor = tensor_from_list([1.0], 'float64') WHERE k0 = 1")
         with pytest.raises(ts.CorruptTableError):
             s.table("sliced").numpy()
         np.testing.assert_array_equal(s.table("sliced")[1:3, ::2].numpy(), x[1:3, ::2])
@@ -211,3 +211,16 @@ def test_bad_indices_give_typed_errors(s, key, error, match):
         s.from_numpy(X)[key]
     with pytest.raises(ts.ConfigError, match="non-negative int"):
         s.from_numpy(X).head(-1)
+
+
+def test_iteration_len_and_overflow(s):
+    rel = s.from_numpy(X)
+    rows = list(rel)
+    assert len(rel) == 4 and len(rows) == 4
+    np.testing.assert_array_equal(rows[2].numpy(), X[2])
+    with pytest.raises(TypeError, match="0-d"):
+        len(s.from_numpy(np.array(1.0)))
+    with pytest.raises(ts.OperatorError, match="basic indexing"):
+        rel[np.array([True, False, True, False])]
+    with pytest.raises(ts.RangeError, match="does not fit"):
+        s.from_numpy(np.arange(3, dtype=np.int32)) + 2**70

@@ -152,7 +152,7 @@ def test_create_table_as_registers_a_tensor(db, ab):
     assert db.table("prod").shape == (7, 6)
     db.sql("CREATE OR REPLACE TABLE prod AS SELECT * FROM einsum('ij->ji', A)")
     np.testing.assert_allclose(db.table("prod").numpy(), a.T)
-    with pytest.raises(ts.CatalogError, match="a tensor table is written whole"):
+    with pytest.raises(ts.CatalogError, match="'prod' is a tensor table, written whole"):
         db.sql("INSERT INTO prod SELECT * FROM prod")
     db.sql("DROP TABLE prod")
     assert "prod" not in db.tables()
@@ -397,3 +397,46 @@ def test_to_rows_id_arguments_are_checked(db, sales):
         plain.to_rows(ids={0: pa.table({"a": [1]})})
     with pytest.raises(ts.ConfigError, match="names dimension 5"):
         rel.to_rows(ids={5: rel.ids(0)})
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO main.guarded SELECT * FROM guarded",
+        "DELETE FROM guarded",
+        "UPDATE guarded SET k0 = 1",
+        "ALTER TABLE guarded RENAME TO guarded2",
+        "TRUNCATE guarded",
+        "CREATE OR REPLACE TABLE Guarded AS SELECT 1 AS x",
+    ],
+)
+def test_statements_that_would_break_a_tensor_table_are_refused(db, statement):
+    db.save(db.from_numpy(np.ones((2, 2))), "guarded", replace=True)
+    with pytest.raises(ts.CatalogError, match="'guarded' is a tensor table"):
+        db.sql(statement)
+    np.testing.assert_array_equal(db.table("guarded").numpy(), np.ones((2, 2)))
+
+
+def test_plain_tables_are_not_tensor_tables(db):
+    db.sql("CREATE OR REPLACE TABLE plain_t(a INT)")
+    db.sql("INSERT INTO plain_t VALUES (1)").fetchall()
+    assert db.sql("SELECT * FROM plain_t").fetchall() == [(1,)]
+    db.sql("DROP TABLE plain_t")
+
+
+def test_drop_of_several_tables_drops_nothing_when_one_is_missing(db):
+    db.save(db.from_numpy(np.ones(2)), "kept", replace=True)
+    with pytest.raises(ts.SQLExecutionError, match="does not exist"):
+        db.sql("DROP TABLE kept, no_such_table")
+    assert "kept" in db.tables()
+    db.sql("CREATE OR REPLACE TABLE plain_z(a INT)")
+    assert db.sql("DROP TABLE kept, plain_z") is None
+    assert "kept" not in db.tables()
+
+
+def test_views_over_temporary_tensors_are_refused(db):
+    with pytest.raises(ts.SQLFrontendError, match="CREATE VIEW over tensor_from_cells"):
+        db.sql(
+            "CREATE VIEW v_cells AS SELECT * FROM "
+            "tensor_cells(tensor_from_cells((SELECT 0, 1.0), shape => [2]))"
+        )

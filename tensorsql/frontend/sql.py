@@ -52,6 +52,8 @@ class Rewritten:
     made: list[TensorRelation] = field(default_factory=list)
     #: the statement's own text, when it has no tensor syntax (passed to DuckDB untouched)
     original: str | None = None
+    #: calls whose tables are temporary (tensor_from_cells, a call computed first): no view may read them
+    temps: bool = False
 
 
 def parse(text: str) -> exp.Expression:
@@ -100,6 +102,7 @@ class _Rewriter:
         self.s = session
         self.calls: list[tuple[str, TensorRelation]] = []
         self.made: list[TensorRelation] = []
+        self.temps = False
 
     # -- operands ------------------------------------------------------------------------------------------
     def tensor(self, node: exp.Expression, call: exp.Expression, what: str) -> TensorRelation:
@@ -234,6 +237,7 @@ class _Rewriter:
         shape = _ints(kw["shape"], call, "shape")
         block = _ints(kw["block_shape"], call, "block_shape") if "block_shape" in kw else None
         dtype = _string(kw["dtype"], call, "dtype") if "dtype" in kw else "float64"
+        self.temps = True
         return self.s.from_sql(text, shape, block, dtype=dtype)
 
     # -- rewriting ----------------------------------------------------------------------------------------
@@ -276,6 +280,7 @@ class _Rewriter:
         if q is None:
             rel = self.s.materialize(rel)
             self.made.append(rel)
+            self.temps = True
             q = self.s.executor.plan_query(rel.plan())  # type: ignore[attr-defined]
         return q
 
@@ -297,10 +302,11 @@ class _Rewriter:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
 
 
-def rewrite(session: Session, text: str) -> Rewritten:
-    """``text`` with its tensor functions replaced (module docstring)."""
+def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
+    """``text`` with its tensor functions replaced (module docstring); ``explain``: as if it began with
+    EXPLAIN."""
     inner = _explained(text) if isinstance(text, str) else None
-    explain = inner is not None
+    explain = explain or inner is not None
     statement = parse(inner if inner is not None else text)
     r = _Rewriter(session)
     create = _create(r, statement)
@@ -309,7 +315,7 @@ def rewrite(session: Session, text: str) -> Rewritten:
     if not explain and not any(_ours(n, FUNCTIONS) for n in statement.find_all(exp.Anonymous)):
         return Rewritten(statement, original=text)  # no tensor syntax: DuckDB gets the text as written
     statement = r.rewrite(statement)
-    return Rewritten(statement, r.calls, None, explain, r.made)
+    return Rewritten(statement, r.calls, None, explain, r.made, temps=r.temps)
 
 
 def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelation, bool, bool] | None:
@@ -346,7 +352,10 @@ def _number(node: exp.Expression, call: exp.Expression, what: str) -> float:
     if isinstance(node, exp.Neg):
         sign, node = -1.0, node.this
     if isinstance(node, exp.Literal) and not node.is_string:
-        return sign * float(node.name)
+        value = sign * float(node.name)
+        if value != value or value in (float("inf"), float("-inf")):
+            raise SQLFrontendError(f"{_where(call)}: {what} must be a finite number, got {_where(node)}")
+        return value
     raise SQLFrontendError(f"{_where(call)}: {what} must be a number, got {_where(node)}")
 
 
@@ -434,8 +443,12 @@ def cells_from_array(values: np.ndarray, skip_zeros: bool) -> pa.Table:
     """``cells_query``'s rows from an array in memory (a session without SQL on its blocks: a cluster)."""
     if values.dtype.kind == "c":
         raise SQLFrontendError(f"to_rows: a {values.dtype} tensor has complex cells; SQL values are real")
-    index = np.nonzero(values) if skip_zeros else np.indices(values.shape).reshape(values.ndim, -1)
-    flat = values[index] if skip_zeros else values.reshape(-1)
+    if values.ndim == 0:
+        flat = values.reshape(1)[: 0 if skip_zeros and values == 0 else 1]
+        index: tuple = ()
+    else:
+        index = np.nonzero(values) if skip_zeros else tuple(np.indices(values.shape).reshape(values.ndim, -1))
+        flat = values[index] if skip_zeros else values.reshape(-1)
     if values.dtype.name not in _LISTS:  # as SQL gives them: DOUBLE, or BIGINT / UBIGINT for 64-bit ints
         flat = flat.astype(np.float64)
     cols = {f"i{d}": pa.array(np.asarray(ix, dtype=np.int64)) for d, ix in enumerate(index)}

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import sqlglot
 from sqlglot import exp
-from sqlglot.errors import ParseError
+from sqlglot.errors import SqlglotError
 
 from tensorsql.errors import ConfigError, DTypeError
 
@@ -43,7 +43,7 @@ def source(table: object, columns: Sequence[str] | None) -> tuple[exp.Expression
     if head.startswith(("SELECT", "WITH", "VALUES", "FROM")):
         try:
             query = sqlglot.parse_one(table, dialect="duckdb")
-        except ParseError as exc:
+        except SqlglotError as exc:  # ParseError, TokenError (an unterminated string), ...
             raise ConfigError(f"from_table: the query does not parse: {exc}") from exc
         return exp.Subquery(this=query), list(columns) if columns is not None else None
     if columns is None:
@@ -69,8 +69,9 @@ def cells_query(
     parts: list[exp.Query] = []
     for j, name in enumerate(columns):
         value: exp.Expression = exp.column(_ident(name, "a column"))
-        if fill is not None:
-            value = exp.Coalesce(this=value, expressions=[exp.Literal.number(fill)])
+        if fill is not None:  # as a DOUBLE cast from text: NaN and infinities have no numeric literal
+            given = exp.cast(exp.Literal.string(repr(float(fill))), exp.DataType.build("DOUBLE"))
+            value = exp.Coalesce(this=value, expressions=[given])
         else:
             message = exp.func(
                 "concat",
