@@ -12,6 +12,7 @@ from test_einsum_numpy import make_operands
 from tolerance import assert_einsum_close
 
 import tensorsql as ts
+from tensorsql.frontend import sql as sqlfront
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +77,7 @@ def test_nested_calls_and_subqueries_are_one_graph(db, ab):
         "(SELECT * FROM B)))"
     )
     np.testing.assert_allclose(cells(db, sql, (7, 6)), a @ b, rtol=1e-12, atol=1e-12)
-    (_, rel), *_ = ts.frontend.sql.rewrite(db, sql).calls
+    (_, rel), *_ = sqlfront.rewrite(db, sql).calls
     assert sum(1 for line in rel.explain().splitlines() if "EinSum" in line) >= 2
 
 
@@ -440,3 +441,22 @@ def test_views_over_temporary_tensors_are_refused(db):
             "CREATE VIEW v_cells AS SELECT * FROM "
             "tensor_cells(tensor_from_cells((SELECT 0, 1.0), shape => [2]))"
         )
+
+
+GOLDEN_STATEMENTS = {
+    "sql_tensor_cells_of_einsum": "SELECT i0, value FROM tensor_cells(einsum('ij->i', G)) WHERE value > 0",
+    "sql_join_with_plain_table": (
+        "SELECT c.i0, c.value * w.w FROM tensor_cells(einsum('ij,jk->ik', G, G)) AS c JOIN w ON w.id = c.i0"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_STATEMENTS))
+def test_rewritten_statements_match_their_golden_sql(name):
+    """The statement DuckDB gets after the rewrite (a fresh session, one stored 4x4 tensor in 2x2 blocks)."""
+    from test_golden_sql import check_golden
+
+    with ts.connect() as s:
+        s.save(s.from_numpy(np.ones((4, 4)), block_shape=(2, 2)), "G")
+        rw = sqlfront.rewrite(s, GOLDEN_STATEMENTS[name])
+        check_golden(name, rw.statement.sql(dialect="duckdb", pretty=True, normalize_functions=False) + "\n")

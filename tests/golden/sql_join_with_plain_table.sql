@@ -1,0 +1,231 @@
+SELECT
+  c.i0,
+  c.value * w.w
+FROM (
+  SELECT
+    CAST("o0" + (
+      "f" // "s0"
+    ) AS BIGINT) AS i0,
+    CAST("o1" + (
+      "f" // "s1"
+    ) % "e1" AS BIGINT) AS i1,
+    "value"
+  FROM (
+    SELECT
+      "o0",
+      "e0",
+      "s0",
+      "o1",
+      "e1",
+      "s1",
+      UNNEST("l") AS value,
+      generate_subscripts("l", 1) - 1 AS f
+    FROM (
+      SELECT
+        "k0" * 4 AS o0,
+        least(4, 4 - "k0" * 4) AS e0,
+        1 * least(4, 4 - "k1" * 4) AS s0,
+        "k1" * 4 AS o1,
+        least(4, 4 - "k1" * 4) AS e1,
+        1 AS s1,
+        tensor_to_list("tensor", 'float64') AS l
+      FROM (
+        WITH "t0" AS (
+          SELECT
+            CAST("c"."__ts_r0" AS INT) AS "k0",
+            CAST("c"."__ts_r1" AS INT) AS "k1",
+            tensor_assemble(
+              'float64',
+              tensor_slice(
+                'float64',
+                "c"."tensor",
+                [2, 2],
+                [
+                  greatest("c"."k0" * 2, "c"."__ts_r0" * 4) - "c"."k0" * 2,
+                  greatest("c"."k1" * 2, "c"."__ts_r1" * 4) - "c"."k1" * 2
+                ],
+                [
+                  least(least((
+                    "c"."k0" + 1
+                  ) * 2, 4), (
+                    "c"."__ts_r0" + 1
+                  ) * 4) - "c"."k0" * 2,
+                  least(least((
+                    "c"."k1" + 1
+                  ) * 2, 4), (
+                    "c"."__ts_r1" + 1
+                  ) * 4) - "c"."k1" * 2
+                ]
+              ),
+              [
+                least(least((
+                  "c"."k0" + 1
+                ) * 2, 4), (
+                  "c"."__ts_r0" + 1
+                ) * 4) - greatest("c"."k0" * 2, "c"."__ts_r0" * 4),
+                least(least((
+                  "c"."k1" + 1
+                ) * 2, 4), (
+                  "c"."__ts_r1" + 1
+                ) * 4) - greatest("c"."k1" * 2, "c"."__ts_r1" * 4)
+              ],
+              [
+                greatest("c"."k0" * 2, "c"."__ts_r0" * 4) - "c"."__ts_r0" * 4,
+                greatest("c"."k1" * 2, "c"."__ts_r1" * 4) - "c"."__ts_r1" * 4
+              ],
+              [4, 4]
+            ) AS "tensor"
+          FROM (
+            SELECT
+              *,
+              UNNEST(
+                range("c"."k1" * 2 // 4, (
+                  least((
+                    "c"."k1" + 1
+                  ) * 2, 4) - 1
+                ) // 4 + 1)
+              ) AS "__ts_r1"
+            FROM (
+              SELECT
+                *,
+                UNNEST(
+                  range("c"."k0" * 2 // 4, (
+                    least((
+                      "c"."k0" + 1
+                    ) * 2, 4) - 1
+                  ) // 4 + 1)
+                ) AS "__ts_r0"
+              FROM "G" AS "c"
+            ) AS "c"
+          ) AS "c"
+          GROUP BY
+            CAST("c"."__ts_r0" AS INT),
+            CAST("c"."__ts_r1" AS INT)
+        ), "t1" AS (
+          SELECT
+            CAST("c"."__ts_r0" AS INT) AS "k0",
+            CAST("c"."__ts_r1" AS INT) AS "k1",
+            tensor_assemble(
+              'float64',
+              tensor_slice(
+                'float64',
+                "c"."tensor",
+                [2, 2],
+                [
+                  greatest("c"."k0" * 2, "c"."__ts_r0" * 4) - "c"."k0" * 2,
+                  greatest("c"."k1" * 2, "c"."__ts_r1" * 4) - "c"."k1" * 2
+                ],
+                [
+                  least(least((
+                    "c"."k0" + 1
+                  ) * 2, 4), (
+                    "c"."__ts_r0" + 1
+                  ) * 4) - "c"."k0" * 2,
+                  least(least((
+                    "c"."k1" + 1
+                  ) * 2, 4), (
+                    "c"."__ts_r1" + 1
+                  ) * 4) - "c"."k1" * 2
+                ]
+              ),
+              [
+                least(least((
+                  "c"."k0" + 1
+                ) * 2, 4), (
+                  "c"."__ts_r0" + 1
+                ) * 4) - greatest("c"."k0" * 2, "c"."__ts_r0" * 4),
+                least(least((
+                  "c"."k1" + 1
+                ) * 2, 4), (
+                  "c"."__ts_r1" + 1
+                ) * 4) - greatest("c"."k1" * 2, "c"."__ts_r1" * 4)
+              ],
+              [
+                greatest("c"."k0" * 2, "c"."__ts_r0" * 4) - "c"."__ts_r0" * 4,
+                greatest("c"."k1" * 2, "c"."__ts_r1" * 4) - "c"."__ts_r1" * 4
+              ],
+              [4, 4]
+            ) AS "tensor"
+          FROM (
+            SELECT
+              *,
+              UNNEST(
+                range("c"."k1" * 2 // 4, (
+                  least((
+                    "c"."k1" + 1
+                  ) * 2, 4) - 1
+                ) // 4 + 1)
+              ) AS "__ts_r1"
+            FROM (
+              SELECT
+                *,
+                UNNEST(
+                  range("c"."k0" * 2 // 4, (
+                    least((
+                      "c"."k0" + 1
+                    ) * 2, 4) - 1
+                  ) // 4 + 1)
+                ) AS "__ts_r0"
+              FROM "G" AS "c"
+            ) AS "c"
+          ) AS "c"
+          GROUP BY
+            CAST("c"."__ts_r0" AS INT),
+            CAST("c"."__ts_r1" AS INT)
+        ), "t2" AS (
+          SELECT
+            "x"."k0" AS "k0",
+            "y"."k1" AS "k1",
+            tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 4], "y"."tensor", [4, 4]) AS "tensor"
+          FROM "t0" AS "x"
+          POSITIONAL JOIN "t1" AS "y"
+          GROUP BY
+            "x"."k0",
+            "y"."k1"
+        )
+        SELECT
+          *
+        FROM "t2"
+        WHERE
+          NOT "tensor" IS NULL
+        UNION ALL
+        SELECT
+          CAST(NULL AS INT) AS "k0",
+          CAST(NULL AS INT) AS "k1",
+          CAST(error(
+            concat(
+              'tensorsql: corrupted stored table {"table": "G", "shape": [4, 4], "blocks": [2, 2], "dtype": "float64", "check": "keys"} ',
+              CAST(["g"."k0", "g"."k1"] AS TEXT),
+              ' ',
+              CAST("g"."n" AS TEXT)
+            )
+          ) AS BLOB) AS "tensor"
+        FROM (
+          SELECT
+            "t",
+            "k0",
+            "k1",
+            "ok",
+            COUNT(*) AS "n"
+          FROM (
+            SELECT
+              0 AS "t",
+              "k0" AS "k0",
+              "k1" AS "k1",
+              "k0" BETWEEN 0 AND 1 AND "k1" BETWEEN 0 AND 1 AS "ok"
+            FROM "G"
+          ) AS "u"
+          GROUP BY
+            "t",
+            "k0",
+            "k1",
+            "ok"
+        ) AS g
+        WHERE
+          "g"."n" > 1 OR NOT coalesce("g"."ok", FALSE)
+      ) AS _ts_blocks
+    ) AS _ts_lists
+  ) AS _ts_cells
+) AS c
+JOIN w
+  ON w.id = c.i0
