@@ -23,7 +23,10 @@ __all__ = [
 ]
 
 #: Binary join functions (⊗) of the extended EinSum.
-JOINS: tuple[str, ...] = ("multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min")
+JOINS: tuple[str, ...] = (
+    "multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min",
+    "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+)  # fmt: skip
 #: Aggregations (⊕): associative and commutative, so partial aggregates combine in any order.
 AGGS: tuple[str, ...] = ("sum", "max", "min", "prod")
 #: Element-wise maps (a unary EinSum whose ``join`` names the map).

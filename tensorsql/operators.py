@@ -3,14 +3,16 @@ planned and run as one statement), with numpy's broadcasting and result dtypes.
 
 ``a + b``, ``a - b``, ``a * b``, ``a / b``: an element-wise extended EinSum (join add / subtract /
 multiply / divide) over right-aligned labels; a Python or numpy scalar or array operand joins as an array
-operand. ``a @ b``: numpy's matmul as a contraction. ``-a``, ``abs(a)``, ``a ** k``: maps. ``a.T``,
-``a.sum(axis)``, ``a.max(axis)``, ``a.min(axis)``, ``a.mean(axis)``: unary EinSums. ``a.astype(dtype)``: a
-cast.
+operand. ``a @ b``: numpy's matmul as a contraction. ``-a``, ``abs(a)``, ``a ** k``: maps. ``a > b``
+(``>= < <=``, ``a.equal(b)``, ``a.not_equal(b)``): masks of 1 and 0 in the operands' dtype (joins greater,
+...). ``a.T``, ``a.sum(axis)``, ``a.max(axis)``, ``a.min(axis)``, ``a.mean(axis)``: unary EinSums.
+``a.astype(dtype)``: a cast.
 """
 
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -218,6 +220,10 @@ def pc_subtract(column: object, value: int) -> pa.Array:
     return pc.subtract(column, pa.scalar(value, pa.int32())).cast(pa.int32())
 
 
+def _comparison(join: str) -> Callable[[TensorRelation, object, bool], TensorRelation]:
+    return lambda x, y, r: binary(x, y, join, join, r)
+
+
 #: numpy's binary ufuncs that are operators here: (relation, other, reflected) -> relation
 UFUNCS = {
     "add": lambda x, y, r: binary(x, y, "add", "+", r),
@@ -226,6 +232,10 @@ UFUNCS = {
     "divide": lambda x, y, r: binary(x, y, "divide", "/", r),
     "true_divide": lambda x, y, r: binary(x, y, "divide", "/", r),
     "matmul": lambda x, y, r: matmul(x, y, r),
+    **{
+        name: _comparison(name)
+        for name in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
+    },
 }
 
 __all__ = ["UFUNCS", "astype", "binary", "getitem", "matmul", "mean", "power", "reduce", "transpose"]

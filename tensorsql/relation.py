@@ -228,6 +228,26 @@ class TensorRelation:
     def __rmatmul__(self, other: object) -> TensorRelation:
         return operators.matmul(self, other, reflected=True)
 
+    # comparisons: 1/0 masks in the operands' dtype (a tensor has no bool dtype). == and != stay Python's
+    # identity (a relation is a dict key), as equal() / not_equal()
+    def __gt__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "greater", ">")
+
+    def __ge__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "greater_equal", ">=")
+
+    def __lt__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "less", "<")
+
+    def __le__(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "less_equal", "<=")
+
+    def equal(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "equal", "equal")
+
+    def not_equal(self, other: object) -> TensorRelation:
+        return operators.binary(self, other, "not_equal", "not_equal")
+
     def __neg__(self) -> TensorRelation:
         return self.session.map(self, "neg")
 

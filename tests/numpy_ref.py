@@ -14,5 +14,9 @@ JOIN_REF = {
     "absdiff": lambda x, y: np.abs(np.subtract(x, y)),
     "max": np.maximum,
     "min": np.minimum,
+    **{
+        name: (lambda f: lambda x, y: f(x, y).astype(np.result_type(x, y)))(getattr(np, name))
+        for name in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
+    },
 }
 AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}

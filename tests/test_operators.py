@@ -224,3 +224,24 @@ def test_iteration_len_and_overflow(s):
         rel[np.array([True, False, True, False])]
     with pytest.raises(ts.RangeError, match="does not fit"):
         s.from_numpy(np.arange(3, dtype=np.int32)) + 2**70
+
+
+def test_comparisons_are_masks_in_the_operands_dtype(s):
+    x = np.array([[1.0, np.nan, 3.0], [4.0, 0.0, -1.0]])
+    y = np.array([2.0, 0.0, 3.0])
+    rel = s.from_numpy(x, block_shape=(1, 2))
+    for got, want in [
+        (rel > y, x > y),
+        (rel >= 0, x >= 0),
+        (2 < rel, 2 < x),
+        (y <= rel, y <= x),
+        (rel.equal(y), x == y),
+        (rel.not_equal(y), x != y),
+        (np.less(y, rel), y < x),
+    ]:
+        assert isinstance(got, ts.TensorRelation) and got.dtype == np.float64
+        np.testing.assert_array_equal(got.numpy(), want.astype(np.float64))
+    i = s.from_numpy(np.arange(6, dtype=np.int32).reshape(2, 3))
+    assert (i > 2).dtype == np.int32
+    np.testing.assert_array_equal(((i > 2) * i).sum(1).numpy(), [0, 12])  # a mask selects
+    assert rel == rel and hash(rel) is not None  # == stays identity: relations are dict keys

@@ -32,6 +32,10 @@ JOIN_REF = {
     "absdiff": lambda x, y: np.abs(x - y),
     "max": np.maximum,
     "min": np.minimum,
+    **{  # comparisons: 1/0 masks in the operands' dtype
+        name: (lambda f: lambda x, y: f(x, y).astype(np.result_type(x, y)))(getattr(np, name))
+        for name in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
+    },
 }
 AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
 MAP_REF = {
@@ -71,7 +75,10 @@ def test_table_is_well_formed():
 
 def test_derived_lists():
     # the lists tensorsql had before the table, unchanged
-    assert ops.JOINS == ("multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min")
+    assert ops.JOINS == (
+        "multiply", "add", "subtract", "divide", "sqdiff", "absdiff", "max", "min",
+        "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
+    )  # fmt: skip
     assert ops.AGGS == ("sum", "max", "min", "prod")
     assert ops.MAPS == ("exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal")
     assert ops.FLOAT_MAPS == ("exp", "log", "sqrt", "reciprocal")

@@ -118,6 +118,12 @@ OPS: tuple[Op, ...] = (
     Op("absdiff", "join", 2, False, NEVER, "|x - y|: with agg=max, L-infinity distances"),
     Op("max", "join", 2, False, NEVER, "maximum(x, y), NaN-propagating"),
     Op("min", "join", 2, False, NEVER, "minimum(x, y), NaN-propagating"),
+    Op("greater", "join", 2, False, NEVER, "1 where x > y, else 0 (a mask in the operands' dtype)"),
+    Op("greater_equal", "join", 2, False, NEVER, "1 where x >= y, else 0"),
+    Op("less", "join", 2, False, NEVER, "1 where x < y, else 0"),
+    Op("less_equal", "join", 2, False, NEVER, "1 where x <= y, else 0"),
+    Op("equal", "join", 2, False, NEVER, "1 where x == y, else 0 (NaN equals nothing)"),
+    Op("not_equal", "join", 2, False, NEVER, "1 where x != y, else 0"),
     # aggregations: acc ⊕ x over the labels not in the output
     Op("sum", "agg", 2, True, NEVER, "sum (integers wrap)", identity=0.0),
     Op("max", "agg", 2, False, NEVER, "maximum, NaN-propagating", identity=-_INF, empty="maximum"),

@@ -28,7 +28,13 @@ namespace tsk {
 	X(SqDiff, "sqdiff", true, wsquare(wsub(a, b)))                                                                   \
 	X(AbsDiff, "absdiff", false, wabs(wsub(a, b)))                                                                   \
 	X(Max, "max", false, nan_max(a, b))                                                                              \
-	X(Min, "min", false, nan_min(a, b))
+	X(Min, "min", false, nan_min(a, b))                                                                              \
+	X(Greater, "greater", false, truth<T>(a > b))                                                                    \
+	X(GreaterEqual, "greater_equal", false, truth<T>(a >= b))                                                        \
+	X(Less, "less", false, truth<T>(a < b))                                                                          \
+	X(LessEqual, "less_equal", false, truth<T>(a <= b))                                                              \
+	X(Equal, "equal", false, truth<T>(a == b))                                                                       \
+	X(NotEqual, "not_equal", false, truth<T>(a != b))
 
 // Aggregations acc ⊕ v: X(Enum, "name", defined for complex, numpy's name when it has no identity over an empty
 // label (nullptr: it has one), identity (type T: the accumulator's start), expression of acc and v).
@@ -54,6 +60,12 @@ namespace tsk {
 	X(Reciprocal, "reciprocal", kMapComplex, T(1) / v)
 
 // ---- scalar helpers the lists use ------------------------------------------------------------------------
+
+// A comparison's result in the operands' dtype: 1 or 0 (tensors have no bool dtype; NaN compares as IEEE says).
+template <class T>
+inline T truth(bool c) {
+	return c ? T(1) : T(0);
+}
 
 template <class T>
 inline T wsquare(T v) {
