@@ -125,7 +125,17 @@ class Session:
         if rw.explain:
             return relation(self._explain_rows(rw), "EXPLAIN")
         if rw.create is not None:
-            name, rel, replace, if_not_exists = rw.create
+            name, rel, replace, if_not_exists, insert = rw.create
+            if insert:  # into an empty table (plain or tensor): the tensor's blocks, and it is a tensor now
+                target = exp.Table(this=exp.to_identifier(name, quoted=True))
+                ((rows,),) = self.executor.query(exp.select(exp.Count(this=exp.Star())).from_(target), "sql")
+                if rows:
+                    raise CatalogError(
+                        f"INSERT INTO {name!r}: the table has {rows} rows; a tensor is written whole: INSERT "
+                        f"into an empty table, or CREATE OR REPLACE TABLE {name} AS SELECT * FROM ..."
+                    )
+                self.save(rel, name, replace=True)
+                return None
             if if_not_exists and self.executor.catalog.exists(name):
                 return None
             self.save(rel, name, replace=replace)

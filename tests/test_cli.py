@@ -145,3 +145,29 @@ def test_the_shell_through_stdin_in_a_subprocess(db):
     assert "42" in out and "never reached" not in out
     with ts.connect(path) as s:
         np.testing.assert_array_equal(s.table("T").numpy(), a.T)
+
+
+def test_sql_import_and_export_through_the_console_command(tmp_path):
+    """The installed entry point's code path in a process of its own: import a .npy, query it, export it."""
+    path, npy, out = str(tmp_path / "p.duckdb"), str(tmp_path / "in.npy"), str(tmp_path / "out.npy")
+    x = np.arange(6.0).reshape(2, 3)
+    np.save(npy, x)
+
+    def cli_run(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "tensorsql", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    assert cli_run("import", path, "X", npy).returncode == 0
+    got = cli_run(
+        "sql", path, "SELECT i0, sum(value) AS s FROM tensor_cells(X) GROUP BY i0 ORDER BY i0", "--csv"
+    )
+    assert got.returncode == 0 and got.stdout.splitlines()[1:] == ["0,3", "1,12"]
+    assert cli_run("export", path, "X", out).returncode == 0
+    np.testing.assert_array_equal(np.load(out), x)
+    bad = cli_run("sql", path, "SELECT * FROM einsum('ij->ji', Nope)")
+    assert bad.returncode == 1 and "TableNotFoundError" in bad.stderr

@@ -460,3 +460,15 @@ def test_rewritten_statements_match_their_golden_sql(name):
         s.save(s.from_numpy(np.ones((4, 4)), block_shape=(2, 2)), "G")
         rw = sqlfront.rewrite(s, GOLDEN_STATEMENTS[name])
         check_golden(name, rw.statement.sql(dialect="duckdb", pretty=True, normalize_functions=False) + "\n")
+
+
+def test_insert_into_an_empty_table_makes_it_a_tensor(db, ab):
+    a, b = ab
+    db.sql("CREATE OR REPLACE TABLE empty_t(k0 INTEGER, k1 INTEGER, tensor BLOB)")
+    assert db.sql("INSERT INTO empty_t SELECT * FROM einsum('ij,jk->ik', A, B)") is None
+    np.testing.assert_allclose(db.table("empty_t").numpy(), a @ b, rtol=1e-12)
+    with pytest.raises(ts.CatalogError, match="the table has .* rows; a tensor is written whole"):
+        db.sql("INSERT INTO empty_t SELECT * FROM einsum('ij->ji', A)")
+    with pytest.raises(ts.SQLExecutionError, match="does not exist"):
+        db.sql("INSERT INTO no_such_table SELECT * FROM einsum('ij->ji', A)")
+    db.sql("DROP TABLE empty_t")

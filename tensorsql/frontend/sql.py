@@ -41,11 +41,11 @@ FUNCTIONS = (*TENSOR_FUNCTIONS, "tensor_cells")
 class Rewritten:
     """A statement with its tensor functions replaced. ``calls``: (the call as written, its relation), for
     EXPLAIN; ``create``: a ``CREATE TABLE name AS SELECT * FROM <tensor>`` to run as ``save`` (name, the
-    relation, replace, if_not_exists); ``explain``: the statement was ``EXPLAIN ...``."""
+    relation, replace, if_not_exists, insert); ``explain``: the statement was ``EXPLAIN ...``."""
 
     statement: exp.Expression
     calls: list[tuple[str, TensorRelation]] = field(default_factory=list)
-    create: tuple[str, TensorRelation, bool, bool] | None = None
+    create: tuple[str, TensorRelation, bool, bool, bool] | None = None
     explain: bool = False
     #: every relation the statement's calls made: their temporary tables (``tensor_from_cells``, a call
     #: computed first) live as long as these do
@@ -318,17 +318,23 @@ def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
     return Rewritten(statement, r.calls, None, explain, r.made, temps=r.temps)
 
 
-def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelation, bool, bool] | None:
-    """``CREATE [OR REPLACE] TABLE name AS SELECT * FROM <tensor function or table>``: a save, so the table
-    is a tensor relation afterwards (its catalog entry written in the same transaction)."""
-    if not (isinstance(statement, exp.Create) and str(statement.args.get("kind", "")).upper() == "TABLE"):
+def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelation, bool, bool, bool] | None:
+    """``CREATE [OR REPLACE] TABLE name AS SELECT * FROM <tensor function>``, or ``INSERT INTO name SELECT *
+    FROM <tensor function>``: a save, so the table is a tensor relation afterwards (its catalog entry written
+    in the same transaction). (name, relation, replace, if not exists, insert)."""
+    insert = isinstance(statement, exp.Insert)
+    if insert:
+        body, target = statement.expression, statement.this
+        if any(statement.args.get(k) for k in ("overwrite", "conflict", "returning")):
+            return None
+    elif isinstance(statement, exp.Create) and str(statement.args.get("kind", "")).upper() == "TABLE":
+        body, target = statement.expression, statement.this
+        if statement.args.get("properties") is not None:
+            return None  # TEMP and other properties: DuckDB's own CREATE
+    else:
         return None
-    body = statement.expression
-    target = statement.this
     if not isinstance(body, exp.Select) or not isinstance(target, exp.Table) or target.args.get("db"):
-        return None
-    if statement.args.get("properties") is not None:
-        return None  # TEMP and other properties: DuckDB's own CREATE
+        return None  # a column list (an exp.Schema target) or a qualified name: DuckDB's own statement
     src = body.args.get("from_") or body.args.get("from")
     rest = [k for k, v in body.args.items() if v and k not in ("expressions", "from_", "from")]
     if rest or len(body.expressions) != 1 or not isinstance(body.expressions[0], exp.Star) or src is None:
@@ -337,7 +343,8 @@ def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelatio
         return None
     rel = r.relation(src.this.this)
     r.calls.append((_where(src.this.this), rel))
-    return target.name, rel, bool(statement.args.get("replace")), bool(statement.args.get("exists"))
+    replace, exists = bool(statement.args.get("replace")), bool(statement.args.get("exists"))
+    return target.name, rel, replace, exists, insert
 
 
 # -- literals ----------------------------------------------------------------------------
