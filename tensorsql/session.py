@@ -173,11 +173,18 @@ class Session:
         for call, rel in rw.calls:  # type: ignore[attr-defined]
             keys.append(f"tensorsql: {call}")
             values.append(rel.explain())
-        inner = exp.Literal.string(rw.statement.sql(dialect="duckdb"))  # type: ignore[attr-defined]
-        explain = exp.Command(this="EXPLAIN", expression=inner)
-        for row in self.executor.relation(explain, "EXPLAIN").fetchall():  # type: ignore[attr-defined]
-            keys.append(str(row[0]))
-            values.append(str(row[1]))
+        if rw.unbound:  # type: ignore[attr-defined]
+            keys.append("duckdb")
+            values.append(
+                "not shown: the statement reads tensor_from_cells rows or a call computed first, which "
+                "EXPLAIN does not compute"
+            )
+        else:
+            inner = exp.Literal.string(rw.statement.sql(dialect="duckdb"))  # type: ignore[attr-defined]
+            explain = exp.Command(this="EXPLAIN", expression=inner)
+            for row in self.executor.relation(explain, "EXPLAIN").fetchall():  # type: ignore[attr-defined]
+                keys.append(str(row[0]))
+                values.append(str(row[1]))
         return pa.table({"explain_key": keys, "explain_value": values})
 
     @property

@@ -472,3 +472,17 @@ def test_insert_into_an_empty_table_makes_it_a_tensor(db, ab):
     with pytest.raises(ts.SQLExecutionError, match="does not exist"):
         db.sql("INSERT INTO no_such_table SELECT * FROM einsum('ij->ji', A)")
     db.sql("DROP TABLE empty_t")
+
+
+def test_explain_reads_no_rows(db, ab):
+    """EXPLAIN plans tensor_from_cells with a placeholder: no rows are read, no temporary table is made."""
+
+    def temps() -> int:
+        return db.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name LIKE '_ts_tmp%'")[0][0]
+
+    before = temps()
+    rows = db.sql(
+        "EXPLAIN SELECT * FROM einsum('ij,jk->ik', A, tensor_from_cells((SELECT 0, 0, 1.0), shape => [5, 2]))"
+    ).fetchall()
+    assert "== EinGraph ==" in rows[0][1] and rows[-1][0] == "duckdb" and "not shown" in rows[-1][1]
+    assert temps() == before

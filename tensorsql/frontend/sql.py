@@ -54,6 +54,8 @@ class Rewritten:
     original: str | None = None
     #: calls whose tables are temporary (tensor_from_cells, a call computed first): no view may read them
     temps: bool = False
+    #: EXPLAIN only: a call that would be computed first, so DuckDB's plan of the statement is not shown
+    unbound: bool = False
 
 
 def parse(text: str) -> exp.Expression:
@@ -98,8 +100,12 @@ def _ours(node: exp.Expression, names: tuple[str, ...]) -> bool:
 
 
 class _Rewriter:
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, explain: bool = False) -> None:
         self.s = session
+        #: planning only (EXPLAIN): tensor_from_cells stands for its tensor without reading the rows
+        self.explain = explain
+        #: a call EXPLAIN cannot show DuckDB's plan of (it would have to compute something first)
+        self.unbound = False
         self.calls: list[tuple[str, TensorRelation]] = []
         self.made: list[TensorRelation] = []
         self.temps = False
@@ -237,6 +243,8 @@ class _Rewriter:
         shape = _ints(kw["shape"], call, "shape")
         block = _ints(kw["block_shape"], call, "block_shape") if "block_shape" in kw else None
         dtype = _string(kw["dtype"], call, "dtype") if "dtype" in kw else "float64"
+        if self.explain:  # EXPLAIN plans the statement: the rows are not read, a placeholder stands in
+            return self.s.placeholder(shape, dtype, name="tensor_from_cells")
         self.temps = True
         return self.s.from_sql(text, shape, block, dtype=dtype)
 
@@ -277,6 +285,9 @@ class _Rewriter:
         """The relation's plan as one query over stored tables; a plan that must run in waves (over the
         memory budget) is computed first into a temporary table, which the query then reads."""
         q = self.s.executor.plan_query(rel.plan())  # type: ignore[attr-defined]
+        if q is None and self.explain:  # nothing is computed for EXPLAIN: DuckDB's own plan is left out
+            self.unbound = True
+            return exp.select(exp.Null())
         if q is None:
             rel = self.s.materialize(rel)
             self.made.append(rel)
@@ -308,14 +319,14 @@ def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
     inner = _explained(text) if isinstance(text, str) else None
     explain = explain or inner is not None
     statement = parse(inner if inner is not None else text)
-    r = _Rewriter(session)
+    r = _Rewriter(session, explain)
     create = _create(r, statement)
     if create is not None and not explain:
         return Rewritten(statement, r.calls, create, made=r.made)
     if not explain and not any(_ours(n, FUNCTIONS) for n in statement.find_all(exp.Anonymous)):
         return Rewritten(statement, original=text)  # no tensor syntax: DuckDB gets the text as written
     statement = r.rewrite(statement)
-    return Rewritten(statement, r.calls, None, explain, r.made, temps=r.temps)
+    return Rewritten(statement, r.calls, None, explain, r.made, temps=r.temps, unbound=r.unbound)
 
 
 def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelation, bool, bool, bool] | None:
