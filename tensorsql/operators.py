@@ -200,7 +200,7 @@ def getitem(x: TensorRelation, key: object) -> np.ndarray:
     table = run(plan, x.bindings, ranges)
     # the covering blocks as an array of their own: keys from 0, the last block ragged only at the edge
     first = [lo for lo, _ in ranges.values()]
-    shifted = {f"k{d}": pc_subtract(table.column(f"k{d}"), first[d]) for d in range(x.ndim)}
+    shifted = {f"k{d}": _shift(table.column(f"k{d}"), first[d]) for d in range(x.ndim)}
     sub = pa.table({**shifted, "tensor": table.column("tensor")})
     cover = tuple(
         min((hi + 1) * n, size) - lo * n
@@ -214,7 +214,8 @@ def getitem(x: TensorRelation, key: object) -> np.ndarray:
     return arr[inner][tuple(local)]
 
 
-def pc_subtract(column: object, value: int) -> pa.Array:
+def _shift(column: object, value: int) -> pa.Array:
+    """Block keys counted from ``value``."""
     import pyarrow.compute as pc
 
     return pc.subtract(column, pa.scalar(value, pa.int32())).cast(pa.int32())

@@ -126,15 +126,8 @@ class Session:
             return relation(self._explain_rows(rw), "EXPLAIN")
         if rw.create is not None:
             name, rel, replace, if_not_exists, insert = rw.create
-            if insert:  # into an empty table (plain or tensor): the tensor's blocks, and it is a tensor now
-                target = exp.Table(this=exp.to_identifier(name, quoted=True))
-                ((rows,),) = self.executor.query(exp.select(exp.Count(this=exp.Star())).from_(target), "sql")
-                if rows:
-                    raise CatalogError(
-                        f"INSERT INTO {name!r}: the table has {rows} rows; a tensor is written whole: INSERT "
-                        f"into an empty table, or CREATE OR REPLACE TABLE {name} AS SELECT * FROM ..."
-                    )
-                self.save(rel, name, replace=True)
+            if insert:
+                self._insert(name, rel)
                 return None
             if if_not_exists and self.executor.catalog.exists(name):
                 return None
@@ -165,6 +158,18 @@ class Session:
         if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
             self._sql_kept[out] = rw.made
         return out
+
+    def _insert(self, name: str, rel: TensorRelation) -> None:
+        """``INSERT INTO name SELECT * FROM <tensor>`` into an empty table (plain or tensor): the tensor's
+        blocks, and the table is a tensor now; a table with rows is refused (a tensor is written whole)."""
+        target = exp.Table(this=exp.to_identifier(name, quoted=True))
+        ((rows,),) = self.executor.query(exp.select(exp.Count(this=exp.Star())).from_(target), "sql")
+        if rows:
+            raise CatalogError(
+                f"table {name!r} has {rows} rows, and a tensor is written whole: insert into an empty table, "
+                "or replace this one (CREATE OR REPLACE TABLE ... AS SELECT * FROM einsum(...))"
+            )
+        self.save(rel, name, replace=True)
 
     def _explain_rows(self, rw: object) -> object:
         """EXPLAIN: each tensor call's plan (EinGraph, partitioning, SQL), then DuckDB's own plan."""
@@ -682,8 +687,8 @@ def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
             name = _tensor(target, catalog)
             if name is not None:
                 raise CatalogError(
-                    f"{verb} {name!r}: {name!r} is a tensor table, written whole with its catalog entry; "
-                    f"use CREATE OR REPLACE TABLE {name} AS SELECT * FROM einsum(...), or s.drop({name!r})"
+                    f"{verb} refused: {name!r} is a tensor table, written whole with its catalog entry; "
+                    "replace it (CREATE OR REPLACE TABLE ... AS SELECT * FROM einsum(...)) or drop it"
                 )
 
 

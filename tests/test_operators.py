@@ -167,16 +167,21 @@ def test_basic_indexing_matches_numpy(s, data):
     shape = tuple(data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=3)))
     x = np.arange(float(np.prod(shape))).reshape(shape) - 3
     rel = s.from_numpy(x, block_shape=tuple(data.draw(st.integers(1, n)) for n in shape))
-    key = []
-    for n in shape[: data.draw(st.integers(0, len(shape)))]:
+    # an index for the first `head` dimensions and the last `tail` ones, with '...' between them (or none)
+    head = data.draw(st.integers(0, len(shape)))
+    tail = data.draw(st.integers(0, len(shape) - head))
+    ellipsis = tail > 0 or data.draw(st.booleans())
+
+    def item(n: int) -> object:
         if data.draw(st.booleans()):
-            key.append(data.draw(st.integers(-n, n - 1)))
-        else:
-            step = data.draw(st.sampled_from([None, 1, 2, -1, -2]))
-            bounds = st.none() | st.integers(-n - 1, n + 1)
-            key.append(slice(data.draw(bounds), data.draw(bounds), step))
-    if data.draw(st.booleans()):
-        key.insert(data.draw(st.integers(0, len(key))), Ellipsis)
+            return data.draw(st.integers(-n, n - 1))
+        step = data.draw(st.sampled_from([None, 1, 2, -1, -2]))
+        bounds = st.none() | st.integers(-n - 1, n + 1)
+        return slice(data.draw(bounds), data.draw(bounds), step)
+
+    key = [item(n) for n in shape[:head]]
+    if ellipsis:
+        key += [Ellipsis, *[item(n) for n in shape[len(shape) - tail :]]]
     want = x[tuple(key)]
     got = (rel * 1)[tuple(key)]  # a lazy relation: its restricted plan
     assert isinstance(got, ts.TensorRelation)

@@ -467,7 +467,7 @@ def test_insert_into_an_empty_table_makes_it_a_tensor(db, ab):
     db.sql("CREATE OR REPLACE TABLE empty_t(k0 INTEGER, k1 INTEGER, tensor BLOB)")
     assert db.sql("INSERT INTO empty_t SELECT * FROM einsum('ij,jk->ik', A, B)") is None
     np.testing.assert_allclose(db.table("empty_t").numpy(), a @ b, rtol=1e-12)
-    with pytest.raises(ts.CatalogError, match=r"the table has .* rows; a tensor is written whole"):
+    with pytest.raises(ts.CatalogError, match=r"table .empty_t. has \d+ rows, and a tensor is written whole"):
         db.sql("INSERT INTO empty_t SELECT * FROM einsum('ij->ji', A)")
     with pytest.raises(ts.SQLExecutionError, match="does not exist"):
         db.sql("INSERT INTO no_such_table SELECT * FROM einsum('ij->ji', A)")

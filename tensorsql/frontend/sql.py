@@ -95,6 +95,17 @@ def _where(node: exp.Expression) -> str:
     return node.sql(dialect="duckdb", normalize_functions=False)
 
 
+def _star_source(query: object) -> exp.Expression | None:
+    """What ``SELECT * FROM <it>`` reads, when ``query`` is exactly that (no WHERE, JOIN, ...)."""
+    if not isinstance(query, exp.Select):
+        return None
+    src = query.args.get("from_") or query.args.get("from")
+    rest = [k for k, v in query.args.items() if v and k not in ("expressions", "from_", "from")]
+    if rest or src is None or len(query.expressions) != 1 or not isinstance(query.expressions[0], exp.Star):
+        return None
+    return src.this
+
+
 def _ours(node: exp.Expression, names: tuple[str, ...]) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.lower() in names
 
@@ -121,17 +132,10 @@ class _Rewriter:
             return self.relation(node.this)
         if _ours(node, TENSOR_FUNCTIONS):
             return self.relation(node)
-        if isinstance(node, exp.Subquery) and isinstance(node.this, exp.Select):
-            q = node.this
-            plain = [k for k, v in q.args.items() if v and k not in ("expressions", "from_", "from")]
-            src = q.args.get("from_") or q.args.get("from")
-            if (
-                not plain
-                and len(q.expressions) == 1
-                and isinstance(q.expressions[0], exp.Star)
-                and src is not None
-            ):
-                return self.tensor(src.this, call, what)
+        if isinstance(node, exp.Subquery):
+            src = _star_source(node.this)
+            if src is not None:
+                return self.tensor(src, call, what)
         raise SQLFrontendError(
             f"{_where(call)}: {what} ({_where(node)}) must be a tensor table, a tensor function (einsum, "
             "tensor_map, softmax, tensor_from_cells) or (SELECT * FROM one of those)"
@@ -344,16 +348,13 @@ def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelatio
             return None  # TEMP and other properties: DuckDB's own CREATE
     else:
         return None
-    if not isinstance(body, exp.Select) or not isinstance(target, exp.Table) or target.args.get("db"):
+    if not isinstance(target, exp.Table) or target.args.get("db"):
         return None  # a column list (an exp.Schema target) or a qualified name: DuckDB's own statement
-    src = body.args.get("from_") or body.args.get("from")
-    rest = [k for k, v in body.args.items() if v and k not in ("expressions", "from_", "from")]
-    if rest or len(body.expressions) != 1 or not isinstance(body.expressions[0], exp.Star) or src is None:
+    src = _star_source(body)
+    if not (isinstance(src, exp.Table) and _ours(src.this, TENSOR_FUNCTIONS)):
         return None
-    if not (isinstance(src.this, exp.Table) and _ours(src.this.this, TENSOR_FUNCTIONS)):
-        return None
-    rel = r.relation(src.this.this)
-    r.calls.append((_where(src.this.this), rel))
+    rel = r.relation(src.this)
+    r.calls.append((_where(src.this), rel))
     replace, exists = bool(statement.args.get("replace")), bool(statement.args.get("exists"))
     return target.name, rel, replace, exists, insert
 
