@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import OperatorError, RangeError, ShapeError
@@ -139,9 +138,9 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     return x.session.map(x, "pow", float(exponent))
 
 
-def _index(x: TensorRelation, key: object) -> tuple[list[slice], list[object]]:
-    """numpy basic indexing (ints, slices with any step, ``...``): the box of elements to read per dimension
-    (a slice of step 1) and the index that takes the result out of that box."""
+def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[int], list[bool]]:
+    """numpy basic indexing (ints, slices with any step, ``...``) as (start, count, step, keep) per
+    dimension: elements ``start + step * t`` for ``t < count``; an integer index keeps no dimension."""
     items = list(key) if isinstance(key, tuple) else [key]
     ellipses = [i for i, k in enumerate(items) if k is Ellipsis]  # `is`: an array key has no truth value
     if len(ellipses) > 1:
@@ -152,8 +151,10 @@ def _index(x: TensorRelation, key: object) -> tuple[list[slice], list[object]]:
     if len(items) > x.ndim:
         raise ShapeError(f"[]: too many indices for a tensor of shape {x.shape}: {len(items)}")
     items += [slice(None)] * (x.ndim - len(items))
-    box: list[slice] = []
-    local: list[object] = []
+    start: list[int] = []
+    count: list[int] = []
+    step: list[int] = []
+    keep: list[bool] = []
     for d, (k, n) in enumerate(zip(items, x.shape, strict=True)):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral | slice):
             raise OperatorError(
@@ -161,64 +162,48 @@ def _index(x: TensorRelation, key: object) -> tuple[list[slice], list[object]]:
                 "are supported"
             )
         if isinstance(k, slice):
-            start, stop, step = k.indices(n)
-            span = range(start, stop, step)
-            if len(span) == 0:
-                box.append(slice(0, 0))
-                local.append(slice(0, 0))
-                continue
-            lo, hi = min(span[0], span[-1]), max(span[0], span[-1])
-            box.append(slice(lo, hi + 1))
-            stop = span[-1] - lo + (1 if step > 0 else -1)
-            local.append(slice(span[0] - lo, stop if stop >= 0 else None, step))
+            for part in (k.start, k.stop, k.step):
+                if part is not None and (isinstance(part, bool) or not isinstance(part, numbers.Integral)):
+                    raise OperatorError(f"[]: slice {k!r} of dimension {d}: bounds and step must be integers")
+            if k.step == 0:
+                raise OperatorError(f"[]: slice {k!r} of dimension {d}: the step cannot be zero")
+            span = range(*k.indices(n))
+            start.append(span.start if len(span) else 0)
+            count.append(len(span))
+            step.append(span.step)
+            keep.append(True)
         else:
             i = int(k)
             if not -n <= i < n:
                 raise ShapeError(f"[]: index {i} is out of bounds for dimension {d} of size {n}")
-            i %= n
-            box.append(slice(i, i + 1))
-            local.append(0)
-    return box, local
+            start.append(i % n)
+            count.append(1)
+            step.append(1)
+            keep.append(False)
+    return start, count, step, keep
 
 
-def getitem(x: TensorRelation, key: object) -> np.ndarray:
-    """``x[key]`` as an array, computed from only the blocks that hold those elements (a restricted plan:
-    the other blocks are neither read nor computed), where the executor can run one."""
-    from tensorsql.backends import arrow
+def getitem(x: TensorRelation, key: object) -> TensorRelation:
+    """``x[key]`` as a lazy relation (``E.Slice``): in SQL, each block holding the elements is cut into its
+    pieces of the result's blocks, and only those blocks of ``x`` are read or computed."""
+    from tensorsql.relation import TensorRelation
 
-    box, local = _index(x, key)
-    if any(b.stop <= b.start for b in box):
-        return np.zeros(tuple(b.stop - b.start for b in box), dtype=x.dtype)[tuple(local)]
-    run = getattr(x.session.executor, "run_blocks", None)
-    if run is None:  # a cluster: the whole value, then the index
-        return x.numpy()[tuple(box)][tuple(local)]
-    plan = x.plan()
-    bs = plan.block_shape()
-    ranges = {
-        f"k{d}": (b.start // n, (b.stop - 1) // n) for d, (b, n) in enumerate(zip(box, bs, strict=True))
-    }
-    table = run(plan, x.bindings, ranges)
-    # the covering blocks as an array of their own: keys from 0, the last block ragged only at the edge
-    first = [lo for lo, _ in ranges.values()]
-    shifted = {f"k{d}": _shift(table.column(f"k{d}"), first[d]) for d in range(x.ndim)}
-    sub = pa.table({**shifted, "tensor": table.column("tensor")})
-    cover = tuple(
-        min((hi + 1) * n, size) - lo * n
-        for (lo, hi), n, size in zip(ranges.values(), bs, x.shape, strict=True)
+    start, count, step, keep = _index(x, key)
+    shape = tuple(n for n, k in zip(count, keep, strict=True) if k)
+    if 0 in count:  # numpy's empty result: nothing to read
+        return x.session.from_numpy(np.zeros(shape, dtype=x.dtype))
+    if all(keep) and step == [1] * x.ndim and list(count) == list(x.shape):
+        return x  # the whole tensor
+    node = E.Slice(
+        shape=shape,
+        dtype=x.node.dtype,
+        input=x.node,
+        start=tuple(start),
+        count=tuple(count),
+        step=tuple(step),
+        keep=tuple(keep),
     )
-    arr = arrow.assemble(sub, cover, bs, x.node.dtype)
-    inner = tuple(
-        slice(b.start - lo * n, b.stop - lo * n)
-        for b, (lo, _), n in zip(box, ranges.values(), bs, strict=True)
-    )
-    return arr[inner][tuple(local)]
-
-
-def _shift(column: object, value: int) -> pa.Array:
-    """Block keys counted from ``value``."""
-    import pyarrow.compute as pc
-
-    return pc.subtract(column, pa.scalar(value, pa.int32())).cast(pa.int32())
+    return TensorRelation(x.session, node, x.bindings, x.options)
 
 
 def _comparison(join: str) -> Callable[[TensorRelation, object, bool], TensorRelation]:

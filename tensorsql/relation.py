@@ -283,9 +283,9 @@ class TensorRelation:
         return operators.astype(self, dtype)
 
     def __getitem__(self, key: object) -> TensorRelation:
-        """numpy basic indexing (ints, slices, ``...``): a stored relation of those elements, computed from
-        only the blocks that hold them (the rest are neither read nor computed)."""
-        return self.session.from_numpy(operators.getitem(self, key))
+        """numpy basic indexing (ints, slices with any step, ``...``): a lazy relation of those elements, a
+        slice in SQL that reads (or computes) only the blocks holding them."""
+        return operators.getitem(self, key)
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -305,4 +305,4 @@ class TensorRelation:
             raise ConfigError(f"head: n must be a non-negative int, got {n!r}")
         if self.ndim == 0:
             return self.numpy()
-        return operators.getitem(self, slice(0, n))
+        return self[:n].numpy()

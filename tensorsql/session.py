@@ -335,6 +335,20 @@ class Session:
         entry = self.executor.catalog.get(name)
         return self._stored(entry.name, entry.shape, entry.block_shape, entry.dtype, release=None)
 
+    def tables_named(self, names: Sequence[str]) -> dict[str, TensorRelation]:
+        """Those of ``names`` that are stored tensor relations, by name folded to lower case, in one catalog
+        lookup (a SQL statement's operands); ``table`` says why one is missing."""
+        self.require_open("tables_named")
+        valid = []
+        for n in names:
+            try:
+                valid.append(metadata.check_name(n, "table"))
+            except TensorSQLError:
+                continue
+        found = self.executor.catalog.get_many(valid)
+        stored = self._stored
+        return {k: stored(e.name, e.shape, e.block_shape, e.dtype, release=None) for k, e in found.items()}
+
     def tables(self, details: bool = False) -> list[str] | pa.Table:
         """The names of the stored tensor relations, as spelled by their last save; ``details=True``: an
         Arrow table of (name, shape, dtype, block_shape), one row per tensor."""

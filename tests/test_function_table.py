@@ -66,6 +66,7 @@ SCALAR_CALLS = {
     "tensor_cast": [X, "'float64'", "'int32'"],
     "tensor_zeros": ["'float64'", "[2, 2]"],
     "tensor_slice": ["'float64'", X, "[2, 2]", "[0, 1]", "[2, 2]"],
+    "tensor_slice_strided": ["'float64'", X, "[2, 2]", "[1, 1]", "[2, 1]", "[-1, 1]"],
     "tensor_numel": [X, "'float64'"],
     "tensor_itemsize": ["'float64'"],
     "tensor_check": [X, "'float64'", "[2, 2]"],

@@ -82,6 +82,20 @@ def test_an_operand_used_twice_is_read_once(s):
     assert_einsum_close(rel.numpy(), "ij,jk,kl->il", a, b, a)
 
 
+def test_a_tree_over_one_tensor_reads_it_once_per_use(s):
+    """A·Aᵀ·A: every step reads one stored tensor; the kernel takes two or more blocks, so it is read per use
+    (it was a kernel error: 'needs at least 2 input blocks')."""
+    a = np.random.default_rng(4).standard_normal((7, 5))
+    ra = s.from_numpy(a)
+    for rel in (
+        s.einsum("ij,kj,kl->il", ra, ra, ra, strategy="none"),
+        s.einsum("ij,jk->ik", s.einsum("ij,kj->ik", ra, ra), ra),
+    ):
+        (fused,) = _fused_nodes(rel)
+        assert len(fused.children) == 3 and len({id(c) for c in fused.children}) == 1
+        assert_einsum_close(rel.numpy(), "ij,kj,kl->il", a, a, a)
+
+
 def test_a_shared_intermediate_is_not_fused_into_its_consumers(s):
     rng = np.random.default_rng(4)
     a, b, c = (rng.standard_normal((5, 5)) for _ in range(3))

@@ -27,7 +27,23 @@ def plan_sql(spec, *sources, **kw):
     return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
 
 
+def slice_sql(source, start, count, step, keep):
+    shape = tuple(n for n, k in zip(count, keep, strict=True) if k)
+    node = E.Slice(shape, source.dtype, source, start, count, step, keep)
+    rel = rewrite.physical(lower.lower(node, lower.default_partitioning(node)), costs.PROFILE)
+    return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
+
+
 CASES = {
+    # A[1:9:2, 3] over 3x4x2 blocks: reads blocks k0 0..2, k1 0; pieces assembled along k0
+    "slice_strided_drop": lambda: slice_sql(
+        src("A", (10, 7, 5), (3, 4, 2)), (1, 3, 0), (4, 1, 5), (2, 1, 1), (True, False, True)
+    ),
+    # M[::-1, 2:6]: blocks reversed; columns 2:6 straddle two blocks, so pieces are assembled
+
+    "slice_reversed": lambda: slice_sql(src("M", (8, 8), (4, 4)), (7, 2), (8, 4), (-1, 1), (True, True)),
+    # M[4:, :]: one stored block per output block: read only those (the filter), no assembling
+    "slice_aligned": lambda: slice_sql(src("M", (8, 8), (4, 4)), (4, 0), (4, 8), (1, 1), (True, True)),
     "matmul": lambda: plan_sql("ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5))),
     "matmul_ragged_repartition": lambda: plan_sql(
         "ij,jk->ik", src("A", (5, 4), (2, 4)), src("B", (4, 6), (3, 3))

@@ -417,6 +417,62 @@ def test_slice_errors(con):
         con.execute("SELECT tensor_slice('float64', ?::BLOB, [4,6], [0,0], [1,1])", [blob(x)]).fetchall()
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_slice_strided_matches_numpy(scon, dtype):
+    """Every (start, count, step) per dimension that stays inside x, against numpy's basic slicing."""
+    rng = np.random.default_rng(3)
+    x = rand((4, 5, 3), dtype, rng)
+    for _ in range(40):
+        start, count, step = [], [], []
+        for n in x.shape:
+            st = int(rng.choice([-3, -2, -1, 1, 2, 3]))
+            a = int(rng.integers(0, n))
+            room = (n - 1 - a) // st if st > 0 else a // -st
+            start.append(a)
+            step.append(st)
+            count.append(int(rng.integers(0, room + 2)))
+        b = scon.execute(
+            "SELECT tensor_slice_strided(?, ?::BLOB, [4, 5, 3], ?::BIGINT[], ?::BIGINT[], ?::BIGINT[])",
+            [dtype, blob(x), start, count, step],
+        ).fetchone()[0]
+        want = x[np.ix_(*[a + st * np.arange(c) for a, c, st in zip(start, count, step, strict=True)])]
+        np.testing.assert_array_equal(unblob(b, dtype, want.shape), want)
+    s = np.array(7, dtype=dtype)
+    b = scon.execute("SELECT tensor_slice_strided(?, ?::BLOB, [], [], [], [])", [dtype, blob(s)]).fetchone()[0]
+    assert unblob(b, dtype, ()) == s
+
+
+@pytest.mark.parametrize(
+    ("start", "count", "step", "match"),
+    [
+        ([0, 0], [5, 1], [1, 1], r"start 0, count 5, step 1 reads outside x_shape \[4,5\] \(dim 0\)"),
+        ([3, 0], [3, 1], [-2, 1], r"reads outside x_shape \[4,5\] \(dim 0\)"),
+        ([-1, 0], [1, 1], [1, 1], r"start -1, count 1, step 1 reads outside"),
+        ([4, 0], [1, 1], [1, 1], "reads outside"),
+        ([0, 0], [2, 1], [1, 0], r"count 1 and step 0 \(dim 1\) need count >= 0 and step != 0"),
+        ([0, 0], [-1, 1], [1, 1], "need count >= 0"),
+        ([1, 0], [2, 1], [-(2**63), 1], "reads outside"),
+        ([0, 0], [2, 1], [2**62, 1], "reads outside"),
+        ([0], [1], [1], "must all have the rank of x_shape"),
+    ],
+)
+def test_slice_strided_errors(con, start, count, step, match):
+    x = np.zeros((4, 5))
+    with pytest.raises(duckdb.Error, match=match):
+        con.execute(
+            "SELECT tensor_slice_strided('float64', ?::BLOB, [4,5], ?::BIGINT[], ?::BIGINT[], ?::BIGINT[])",
+            [blob(x), start, count, step],
+        ).fetchall()
+
+
+def test_slice_strided_checks_the_blob(con):
+    x = np.zeros((4, 5))
+    with pytest.raises(duckdb.Error, match=r"tensor_slice_strided: operand x has 160 bytes but shape \[4,6\]"):
+        con.execute(
+            "SELECT tensor_slice_strided('float64', ?::BLOB, [4,6], [0,0], [1,1], [1,1])", [blob(x)]
+        ).fetchall()
+
+
 # ---------------------------------------------------------------------------------------------------------
 # tensor_einsum / tensor_einsum1
 # ---------------------------------------------------------------------------------------------------------

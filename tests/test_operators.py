@@ -11,6 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import tensorsql as ts
+from tensorsql.ir import expr as E
+from tensorsql.ir import tra as T
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +189,72 @@ def test_basic_indexing_matches_numpy(s, data):
     assert isinstance(got, ts.TensorRelation)
     np.testing.assert_array_equal(got.numpy(), want)
     np.testing.assert_array_equal(rel.head(2), x[:2])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_slices_of_computed_relations_are_lazy_and_feed_later_steps(s, data):
+    """A slice of an einsum result, sliced again, cut to other blocks and contracted: one plan, as numpy."""
+    m, n = data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    a, b = rng.integers(-4, 5, (m, 5)).astype(float), rng.integers(-4, 5, (5, n)).astype(float)
+    strategy = data.draw(st.sampled_from(["eindecomp", "sqrt", "data", "operands"]))
+    A = s.from_numpy(a, block_shape=(data.draw(st.integers(1, m)), data.draw(st.integers(1, 5))))
+    prod = s.einsum("ij,jk->ik", A, b, strategy=strategy)  # b: an array operand
+    want = a @ b
+
+    def key(shape):
+        out = []
+        for size in shape:
+            if data.draw(st.booleans()) and size > 1:
+                out.append(data.draw(st.integers(-size, size - 1)))
+            else:
+                bounds = st.none() | st.integers(-size - 1, size + 1)
+                step = data.draw(st.sampled_from([None, 1, 2, 3, -1, -2]))
+                out.append(slice(data.draw(bounds), data.draw(bounds), step))
+        return tuple(out)
+
+    k1 = key(want.shape)
+    got, ref = prod[k1], want[k1]
+    assert isinstance(got, ts.TensorRelation)
+    if ref.size:
+        assert isinstance(got.node, E.Slice) or (got is prod and ref.shape == want.shape)
+        np.testing.assert_array_equal(got.numpy(), ref)
+        k2 = key(ref.shape)
+        again, ref2 = got[k2], ref[k2]
+        if ref2.size:
+            np.testing.assert_array_equal(again.numpy(), ref2)
+            np.testing.assert_array_equal((again * 2).sum().numpy(), 2 * ref2.sum())
+            if ref2.ndim:
+                blocks = tuple(data.draw(st.integers(1, d)) for d in ref2.shape)
+                np.testing.assert_array_equal(again.reblock(blocks).numpy(), ref2)
+    else:
+        np.testing.assert_array_equal(got.numpy(), ref)
+
+
+def test_a_slice_is_a_step_of_the_plan_not_a_read(s):
+    x = np.arange(60.0).reshape(6, 10)
+    A = s.from_numpy(x, block_shape=(2, 5))
+    before = set(s.tables())
+    part = (A * 3)[1:5:2, ::-3]
+    assert isinstance(part.node, E.Slice) and part.shape == (2, 4)
+    sql = part.sql()
+    assert "tensor_slice_strided" in sql and "BETWEEN 0 AND 1" in sql  # rows 1 and 3: row blocks 0..1 only
+    assert set(s.tables()) == before  # nothing stored on the way
+    np.testing.assert_array_equal(part.numpy(), 3 * x[1:5:2, ::-3])
+    # sliced twice from one result: that result is computed once, whole, for both
+    prod = A * 2
+    np.testing.assert_array_equal((prod[1:3] + prod[3:5]).numpy(), 2 * x[1:3] + 2 * x[3:5])
+    # a slice read in the blocks its consumer wants: cut to them directly, no repartition step
+    plan = s.einsum("ij,jk->ik", A[:, 1:9], s.from_numpy(np.ones((8, 3)), block_shape=(4, 3))).plan()
+    rels, stack = [], [plan.tra]
+    while stack:
+        rels.append(stack.pop())
+        stack.extend(T.inputs(rels[-1]))
+    assert any(isinstance(r, T.Slice) for r in rels)
+    assert not any(isinstance(r, T.Repartition) and isinstance(r.child, T.Slice) for r in rels)
+    assert A[2:4].head(1).shape == (1, 10) and A[...] is A
+    assert "Slice start:step:count [1:2:2, 9:-3:4]" in part.explain()
 
 
 def test_a_slice_reads_only_the_blocks_that_hold_it(tmp_path):

@@ -70,6 +70,24 @@ def test_einsum_returns_block_rows_like_a_tensor_table(db, ab):
     assert table.num_rows >= 1 and table.schema.field("tensor").type == pa.binary()
 
 
+def test_a_statement_looks_its_tables_up_together(db, ab, monkeypatch):
+    """One catalog lookup per statement, not per operand; a table named twice is one operand node (its
+    blocks read once by the plan); a name that is not a tensor table still gets its own error."""
+    a, b = ab
+    catalog = db.executor.catalog
+    calls = []
+    monkeypatch.setattr(catalog, "get", lambda name: calls.append(name) or pytest.fail("per-table lookup"))
+    real = catalog.get_many
+    monkeypatch.setattr(catalog, "get_many", lambda names: calls.append(tuple(names)) or real(names))
+    sql = "SELECT * FROM tensor_cells(einsum('ij,jk->ik', einsum('ij,kj->ik', A, A), (SELECT * FROM a)))"
+    bound = np.abs(a) @ np.abs(a).T @ np.abs(a)  # the magnitudes summed: a bound on the rounding
+    np.testing.assert_allclose(cells(db, sql, (7, 5)), a @ a.T @ a, rtol=0, atol=1e-13 * bound.max())
+    assert len(calls) == 1 and sorted(calls[0]) == ["A", "A", "a"]
+    monkeypatch.undo()
+    with pytest.raises(ts.TableNotFoundError, match=r"operand 1 'nope' is not a tensor table"):
+        db.sql("SELECT * FROM einsum('ij,jk->ik', A, nope)")
+
+
 def test_nested_calls_and_subqueries_are_one_graph(db, ab):
     a, b = ab
     sql = (
@@ -288,6 +306,7 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
     with ts.connect(path) as s:
         s.save(s.from_numpy(x, block_shape=(1, 2, 3)), "X3")
         s.save(s.from_numpy(np.array([2**40 + 1, -5], dtype=np.int64)), "ints")
+        s.save(s.from_numpy(np.array(2.5, dtype=np.float32)), "scalar")
     con = duckdb.connect(path, config={"allow_unsigned_extensions": "true"})
     try:
         udf_kernels.load(con)
@@ -302,6 +321,7 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
         assert con.sql("SELECT sum(value) FROM tensor_cells('x3') WHERE index[1] = 1").fetchall() == [
             (float(x[1].sum()),)
         ]
+        assert con.sql("SELECT * FROM tensor_cells('scalar')").fetchall() == [([], 2.5)]  # 0-d: no index
     finally:
         con.close()
     with ts.connect(path) as s:

@@ -84,6 +84,11 @@ SQL_FUNCTIONS: dict[str, str] = {
         "tensor_slice(dtype VARCHAR, x BLOB, x_shape BIGINT[], start BIGINT[], stop BIGINT[]) -> BLOB: "
         "x[start0:stop0, ...] in C order"
     ),
+    "tensor_slice_strided": (
+        "tensor_slice_strided(dtype VARCHAR, x BLOB, x_shape BIGINT[], start BIGINT[], count BIGINT[], "
+        "step BIGINT[]) -> BLOB: x[start0 + step0*t0, ...] for t < count (any non-zero step, as numpy's "
+        "basic slicing), in C order"
+    ),
     "tensor_numel": "tensor_numel(x BLOB, dtype VARCHAR) -> BIGINT: number of elements of the block",
     "tensor_itemsize": "tensor_itemsize(dtype VARCHAR) -> INTEGER: bytes per element",
     "tensor_check": (

@@ -7,7 +7,7 @@ same protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -59,6 +59,10 @@ class Catalog(Protocol):
     """Named, stored tensor relations and their metadata."""
 
     def get(self, name: str) -> CatalogEntry: ...
+    def get_many(self, names: Sequence[str]) -> dict[str, CatalogEntry]:
+        """Those of ``names`` that are stored, by name folded to lower case, in one lookup."""
+        ...
+
     def names(self) -> list[str]: ...
     def exists(self, name: str) -> bool: ...
     def drop(self, name: str) -> None: ...

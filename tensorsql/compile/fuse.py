@@ -67,11 +67,12 @@ def fuse(
     leaves: list[T.Rel] = []
     leaf_of: dict[E.Node, int] = {}
     steps: list[tuple[_Ref, _Ref, tuple[str, ...], tuple[str, ...], tuple[str, ...]]] = []
+    share = True  # an input read twice is one leaf, unless it is the only one (the kernel takes two or more)
 
     def operand(child: E.Node) -> _Ref:
         if isinstance(child, E.EinSum) and absorbed(child, part, users):
             return step(child)
-        if child not in leaf_of:
+        if child not in leaf_of or not share:
             leaf_of[child] = len(leaves)
             leaves.append(reblock(go(child), child.shape))
         return ("leaf", leaf_of[child])
@@ -83,6 +84,11 @@ def fuse(
         return ("step", len(steps) - 1)
 
     step(node)
+    if len(leaves) < 2:  # A·Aᵀ·A: every step reads one tensor; read it once per use
+        share = False
+        leaves.clear()
+        steps.clear()
+        step(node)
 
     def index(ref: _Ref) -> int:
         return ref[1] if ref[0] == "leaf" else len(leaves) + ref[1]

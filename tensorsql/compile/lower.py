@@ -7,11 +7,14 @@ aggregates, and renames back to positional keys.
 
 from __future__ import annotations
 
+import dataclasses
+
+from tensorsql.compile import waves
 from tensorsql.compile.fuse import consumers, fuse
 from tensorsql.frontend.subscripts import label_name
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
-from tensorsql.ir.blocking import Partitioning, numel
+from tensorsql.ir.blocking import Partitioning, numel, slice_blocks
 
 
 def default_partitioning(root: E.Node) -> Partitioning:
@@ -25,6 +28,8 @@ def default_partitioning(root: E.Node) -> Partitioning:
             shapes[node] = tuple(max(1, n) for n in node.shape)
         elif isinstance(node, E.Map | E.Cast):
             shapes[node] = shapes[node.input]
+        elif isinstance(node, E.Slice):
+            shapes[node] = slice_blocks(node.count, node.keep, shapes[node.input])
         elif isinstance(node, E.EinSum):
             blocks: dict[int, int] = {}
             by_size = sorted(zip(node.inputs, node.in_labels, strict=True), key=lambda p: -numel(p[0].shape))
@@ -57,7 +62,12 @@ def lower(root: E.Node, part: Partitioning, operands: tuple[E.Operand, ...] = ()
                 memo[node] = T.Input(schema, slot[node], node.name)
             else:
                 fused = fuse(node, part, users, go, reblock)
-                memo[node] = fused if fused is not None else _lower(node, part, go, reblock)
+                if fused is not None:
+                    memo[node] = fused
+                elif isinstance(node, E.Slice):
+                    memo[node] = _slice(node, part, go(node.input), len(users.get(node.input, [])) == 1)
+                else:
+                    memo[node] = _lower(node, part, go, reblock)
         return memo[node]
 
     def reblock(
@@ -82,6 +92,8 @@ def _reblock(rel: T.Rel, block_shape: tuple[int, ...], diagonal: tuple[tuple[int
     have = {k: _clip(s.blocks[k], s.sizes[k]) for k in s.keys}
     if want == have:
         return rel
+    if isinstance(rel, T.Slice) and not diagonal:  # the slice cuts its pieces to these blocks directly
+        return dataclasses.replace(rel, schema=T.Schema(s.keys, s.blob, s.sizes, want, s.dtype))
     return T.Repartition(T.Schema(s.keys, s.blob, s.sizes, want, s.dtype), rel, diagonal)
 
 
@@ -91,6 +103,20 @@ def _diagonal(labels: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     for pos, lab in enumerate(labels):
         at.setdefault(lab, []).append(pos)
     return tuple(tuple(p) for p in at.values() if len(p) > 1)
+
+
+def _slice(node: E.Slice, part: Partitioning, child: T.Rel, only_user: bool) -> T.Slice:
+    """A slice over its input's plan; where the slice is the input's only consumer, that plan computes (or
+    reads) only the blocks holding the slice's elements (``waves.restrict``)."""
+    schema = T.positional(node.shape, part.block_shapes[node], node.dtype)
+    rel = T.Slice(schema, child, node.start, node.count, node.step, node.keep)
+    if not only_user:
+        return rel
+    ranges = {}
+    for d, k in enumerate(child.schema.keys):
+        blocks = [p[0] for p in rel.pieces(d)]
+        ranges[k] = (blocks[0], blocks[-1])
+    return T.Slice(schema, waves.restrict(child, ranges), node.start, node.count, node.step, node.keep)
 
 
 def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:

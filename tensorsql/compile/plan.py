@@ -84,6 +84,12 @@ def _node_line(plan: Plan, node: E.Node, names: dict[E.Node, str]) -> str:
         desc = f"Cast ({names[node.input]})"
     elif isinstance(node, E.Reblock):
         desc = f"Reblock ({names[node.input]})"
+    elif isinstance(node, E.Slice):
+        dims = ", ".join(
+            f"{a}:{b}:{n}" if keep else f"{a}(dropped)"
+            for a, n, b, keep in zip(node.start, node.count, node.step, node.keep, strict=True)
+        )
+        desc = f"Slice start:step:count [{dims}] ({names[node.input]})"
     else:
         raise TypeError(f"unhandled expression node {type(node).__name__}")
     line = f"{names[node]} = {desc} shape={node.shape} {node.dtype} blocks={plan.block_shape(node)}"

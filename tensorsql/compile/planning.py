@@ -24,7 +24,7 @@ from tensorsql.dtypes import DTYPES
 from tensorsql.errors import PlanError
 from tensorsql.frontend.subscripts import label_name
 from tensorsql.ir import expr as E
-from tensorsql.ir.blocking import MAX_BLOCK_BYTES, Partitioning, ceil_div, numel
+from tensorsql.ir.blocking import MAX_BLOCK_BYTES, Partitioning, ceil_div, numel, slice_blocks
 
 #: every strategy a user can name: the one registry, shared with the planner (``planner.strategies``)
 STRATEGIES = P.STRATEGIES
@@ -97,7 +97,8 @@ class _Graph:
         for node in E.topological(root):
             if any(n == 0 for n in node.shape):
                 raise PlanError("zero-size dimension: nothing to plan")
-            if isinstance(node, E.Source | E.Reblock | E.Operand):
+            if isinstance(node, E.Source | E.Reblock | E.Operand | E.Slice):
+                # a slice is an input to the planner: it keeps its input's blocking (``slice_blocks``)
                 v = self.g.input(f"n{len(self.vertex)}", node.shape)
             elif isinstance(node, E.EinSum):
                 labels = list(dict.fromkeys(x for t in node.in_labels for x in t))
@@ -135,6 +136,8 @@ class _Graph:
                 shapes[node] = node.block_shape
             elif isinstance(node, E.Operand):
                 shapes[node] = wanted.get(node, tuple(max(1, n) for n in node.shape))
+            elif isinstance(node, E.Slice):
+                shapes[node] = slice_blocks(node.count, node.keep, shapes[node.input])
             elif isinstance(node, E.EinSum):
                 parts = plan.partitions[v]
                 sizes = {
@@ -269,7 +272,8 @@ def _plan_blocks(
         info = PlanInfo("operands", 0, notes=[f"planner skipped ({exc}); blocks follow the operands"])
         return default_partitioning(root), info
     inputs = [graph.node_of[v] for v in graph.g.vertices if v.einsum is None]
-    stored = {n for n in inputs if not isinstance(n, E.Operand)}
+    # a slice takes whatever blocking its consumer reads it in (``lower._reblock``): no re-split to cost
+    stored = {n for n in inputs if not isinstance(n, E.Operand | E.Slice)}
     total = sum(numel(n.shape) for n in inputs)
     cm = cost_model if cost_model is not None else load_cost_model(threads, engine)
     limit = _max_block_elements(root, cap)
@@ -364,6 +368,8 @@ def override_blocks(
                     shapes[child] = tuple(blocks[x] for x in labels)
         elif isinstance(node, E.Map | E.Cast):
             shapes[node] = shapes[node.input]
+        elif isinstance(node, E.Slice):
+            shapes[node] = slice_blocks(node.count, node.keep, shapes[node.input])
     return fit_blocks(root, Partitioning(label_blocks, shapes), max_bytes)
 
 
@@ -405,6 +411,8 @@ def fit_blocks(root: E.Node, part: Partitioning, max_bytes: int) -> Partitioning
         elif isinstance(node, E.Map | E.Cast):
             width = max(_itemsize(node.dtype), _itemsize(node.input.dtype))
             shapes[node] = _fit_shape(node.shape, shapes[node], width, max_bytes)
+        elif isinstance(node, E.Slice):  # the input's blocks, as fitted
+            shapes[node] = slice_blocks(node.count, node.keep, shapes[node.input])
     fitted = Partitioning(label_blocks, shapes)
     for node in order:  # an array operand is read in the blocking of the consumer it was placed for
         if isinstance(node, E.Operand):

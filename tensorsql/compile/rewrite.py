@@ -26,21 +26,6 @@ def _rebuild(rel: T.Rel, fn: Callable[[T.Rel, tuple[T.Rel, ...]], T.Rel]) -> T.R
     return go(rel)
 
 
-def _with_inputs(rel: T.Rel, new: tuple[T.Rel, ...]) -> T.Rel:
-    old = T.inputs(rel)
-    if all(a is b for a, b in zip(old, new, strict=True)):
-        return rel
-    if isinstance(rel, T.Fused):
-        return dataclasses.replace(rel, children=new)
-    if isinstance(rel, T.Join):
-        return dataclasses.replace(rel, left=new[0], right=new[1])
-    if isinstance(rel, T.Relabel | T.Repartition | T.Aggregate | T.Unary | T.MapBlocks | T.CastBlocks):
-        return dataclasses.replace(rel, child=new[0])
-    if isinstance(rel, T.Positional):
-        return dataclasses.replace(rel, child=new[0])
-    raise TypeError(f"unhandled TRA node {type(rel).__name__}")
-
-
 def _filtered(rel: T.Rel) -> bool:
     """A side read with a filter (a repeated label keeps only its diagonal blocks)."""
     return isinstance(rel, T.Relabel) and len(set(rel.labels)) < len(rel.labels)
@@ -82,7 +67,7 @@ def choose_joins(rel: T.Rel, profile: EngineProfile) -> T.Rel:
     """The pass: every Join gets its method, pin and padding for this engine."""
 
     def step(r: T.Rel, new: tuple[T.Rel, ...]) -> T.Rel:
-        r = _with_inputs(r, new)
+        r = T.with_inputs(r, new)
         return choose_join(r, profile) if isinstance(r, T.Join) else r
 
     return _rebuild(rel, step)

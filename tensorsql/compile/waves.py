@@ -69,6 +69,18 @@ def _repartitioned(rel: T.Repartition, ranges: Ranges) -> dict[str, tuple[int, i
     return out
 
 
+def _sliced(rel: T.Slice, ranges: Ranges) -> dict[str, tuple[int, int]]:
+    """Output-block ranges of a slice -> the child blocks holding their elements."""
+    out: dict[str, tuple[int, int]] = {}
+    for d, k in enumerate(rel.child.schema.keys):
+        want = ranges.get(rel.schema.keys[rel.out_dim(d)]) if rel.keep[d] else None
+        if want is None:
+            continue
+        blocks = [c for c, t, *_ in rel.pieces(d) if want[0] <= t <= want[1]]
+        out[k] = (min(blocks), max(blocks)) if blocks else (0, -1)
+    return out
+
+
 class _Walk:
     """One push of key ranges down a plan: the restricted plan and the bytes its nodes make."""
 
@@ -117,6 +129,13 @@ class _Walk:
                 return new
             # a source block also overlaps target blocks outside the ranges: those come out partly
             # assembled, and are dropped here
+            return T.Restrict(s, new, tuple((k, *ranges[k]) for k in s.keys if k in ranges))
+        if isinstance(rel, T.Slice):
+            self.count(rel, ranges)
+            new = T.with_inputs(rel, (self.push(rel.child, _sliced(rel, ranges)),))
+            if not ranges:
+                return new
+            # as for a repartition: pieces of output blocks outside the ranges are dropped
             return T.Restrict(s, new, tuple((k, *ranges[k]) for k in s.keys if k in ranges))
         if isinstance(rel, T.Join):
             if not fused:  # under an aggregate that fuses with it, no product block is ever made

@@ -26,6 +26,7 @@ from sqlglot.errors import ParseError, TokenError
 
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import SQLFrontendError, SQLSyntaxError, TableNotFoundError, TensorSQLError
+from tensorsql.metadata import fold
 
 if TYPE_CHECKING:
     from tensorsql.relation import TensorRelation
@@ -120,6 +121,8 @@ class _Rewriter:
         self.calls: list[tuple[str, TensorRelation]] = []
         self.made: list[TensorRelation] = []
         self.temps = False
+        #: stored tables named by the statement, by folded name (``prefetch``)
+        self.known: dict[str, TensorRelation] = {}
 
     # -- operands ------------------------------------------------------------------------------------------
     def tensor(self, node: exp.Expression, call: exp.Expression, what: str) -> TensorRelation:
@@ -141,7 +144,30 @@ class _Rewriter:
             "tensor_map, softmax, tensor_from_cells) or (SELECT * FROM one of those)"
         )
 
+    def prefetch(self, statement: exp.Expression) -> None:
+        """The stored tables the statement's tensor functions name, looked up together (one catalog lookup
+        per statement, not per operand)."""
+        names: list[str] = []
+        for call in statement.find_all(exp.Anonymous):
+            if not _ours(call, FUNCTIONS):
+                continue
+            for arg in call.expressions:
+                node = arg
+                if isinstance(node, exp.Subquery):
+                    node = _star_source(node.this) or node
+                if isinstance(node, exp.Table) and node.args.get("db"):
+                    continue
+                if (isinstance(node, exp.Column) and not node.table) or (
+                    isinstance(node, exp.Table) and isinstance(node.this, exp.Identifier)
+                ):
+                    names.append(node.name)
+        if names:
+            self.known.update(self.s.tables_named(names))
+
     def table(self, name: str, call: exp.Expression, what: str) -> TensorRelation:
+        known = self.known.get(fold(name))
+        if known is not None:
+            return known
         try:
             return self.s.table(name)
         except TableNotFoundError as exc:
@@ -324,6 +350,7 @@ def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
     explain = explain or inner is not None
     statement = parse(inner if inner is not None else text)
     r = _Rewriter(session, explain)
+    r.prefetch(statement)
     create = _create(r, statement)
     if create is not None and not explain:
         return Rewritten(statement, r.calls, create, made=r.made)

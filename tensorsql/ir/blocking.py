@@ -94,3 +94,11 @@ def grid(shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...
     return tuple(nblocks(n, b) for n, b in zip(shape, block_shape, strict=True))
 
 
+
+
+def slice_blocks(
+    count: Sequence[int], keep: Sequence[bool], input_blocks: Sequence[int]
+) -> tuple[int, ...]:
+    """A slice's block shape: its input's blocks along each kept dimension, clipped to the slice's length
+    (a slice of one block's elements is one block)."""
+    return tuple(max(1, min(n, b)) for n, k, b in zip(count, keep, input_blocks, strict=True) if k)

@@ -67,12 +67,24 @@ class Reblock(Node):
     block_shape: tuple[int, ...]
 
 
+@dataclass(frozen=True, eq=False)
+class Slice(Node):
+    """numpy basic indexing: input dimension d read at ``start[d] + step[d] * t`` for ``t < count[d]``;
+    a dimension not in ``keep`` (an integer index: count 1) is dropped from the result."""
+
+    input: Node
+    start: tuple[int, ...]
+    count: tuple[int, ...]
+    step: tuple[int, ...]
+    keep: tuple[bool, ...]
+
+
 def children(node: Node) -> tuple[Node, ...]:
     if isinstance(node, Source | Operand):
         return ()
     if isinstance(node, EinSum):
         return node.inputs
-    if isinstance(node, Map | Cast | Reblock):
+    if isinstance(node, Map | Cast | Reblock | Slice):
         return (node.input,)
     raise TypeError(f"unhandled expression node {type(node).__name__}")
 

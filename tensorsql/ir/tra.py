@@ -156,6 +156,45 @@ class Restrict(Rel):
     ranges: tuple[tuple[str, int, int], ...]
 
 
+@dataclass(frozen=True, eq=False)
+class Slice(Rel):
+    """Basic indexing of a positional relation (``expr.Slice``): child dimension d read at ``start[d] +
+    step[d] * t`` for ``t < count[d]``, dropped where not ``keep``. The output is positional over the kept
+    dimensions, in ``schema.blocks``: each child block is cut into the pieces it holds of each output block
+    (a strided ``tensor_slice_strided``), and the pieces of an output block assembled."""
+
+    child: Rel
+    start: tuple[int, ...]
+    count: tuple[int, ...]
+    step: tuple[int, ...]
+    keep: tuple[bool, ...]
+
+    def pieces(self, d: int) -> list[tuple[int, int, int, int, int]]:
+        """Along child dimension ``d``: (child block, output block, first element in the child block,
+        elements, offset in the output block) of every piece, in child-block order."""
+        c = self.child.schema
+        lab = c.keys[d]
+        size, bs = c.sizes[lab], c.blocks[lab]
+        start, count, step = self.start[d], self.count[d], self.step[d]
+        bt = self.schema.blocks[self.schema.keys[self.out_dim(d)]] if self.keep[d] else 1
+        out: list[tuple[int, int, int, int, int]] = []
+        t = 0
+        while t < count:
+            src = start + step * t
+            block = src // bs
+            lo, hi = block * bs, min((block + 1) * bs, size)
+            # elements t.. that stay in this child block and this output block
+            run = (hi - 1 - src) // step + 1 if step > 0 else (src - lo) // -step + 1
+            run = min(run, count - t, bt - t % bt)
+            out.append((block, t // bt, src - lo, run, t % bt))
+            t += run
+        return sorted(out)
+
+    def out_dim(self, d: int) -> int:
+        """The output dimension of kept child dimension ``d``."""
+        return sum(self.keep[:d])
+
+
 def inputs(rel: Rel) -> tuple[Rel, ...]:
     if isinstance(rel, Scan | Input):
         return ()
@@ -164,7 +203,8 @@ def inputs(rel: Rel) -> tuple[Rel, ...]:
     if isinstance(rel, Join):
         return (rel.left, rel.right)
     if isinstance(
-        rel, Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional | Restrict
+        rel,
+        Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional | Restrict | Slice,
     ):
         return (rel.child,)
     raise TypeError(f"unhandled TRA node {type(rel).__name__}")
@@ -230,6 +270,12 @@ def render(rel: Rel) -> str:
         if isinstance(r, Repartition) and r.diagonal:
             tied = " ".join("=".join(s.keys[i] for i in g) for g in r.diagonal)
             return f"Repartition diagonal({tied}) {base}"
+        if isinstance(r, Slice):
+            dims = ",".join(
+                f"{a}:{b}:{n}" if keep else f"{a}(dropped)"
+                for a, n, b, keep in zip(r.start, r.count, r.step, r.keep, strict=True)
+            )
+            return f"Slice start:step:count [{dims}] {base}"
         if isinstance(r, Restrict):
             return f"Restrict {' '.join(f'{k}:{lo}..{hi}' for k, lo, hi in r.ranges)} {base}"
         if isinstance(r, Fused):

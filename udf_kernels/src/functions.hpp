@@ -21,6 +21,7 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 // layout.cpp
 void tensor_zeros(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensor_slice_strided(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_numel(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_itemsize(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_check(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);

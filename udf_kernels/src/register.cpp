@@ -145,6 +145,8 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	ok = ok && add_budgeted_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast, budget, false);
 	ok = ok && add_budgeted_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros, budget, false);
 	ok = ok && add_budgeted_scalar(con, "tensor_slice", {V, B, L, L, L}, B, tensor_slice, budget, false);
+	ok = ok && add_budgeted_scalar(con, "tensor_slice_strided", {V, B, L, L, L, L}, B, tensor_slice_strided, budget,
+	                               false);
 	ok = ok && add_scalar(con, "tensor_numel", {B, V}, T::BigInt, tensor_numel);
 	ok = ok && add_scalar(con, "tensor_itemsize", {V}, T::Integer, tensor_itemsize);
 	ok = ok && add_scalar(con, "tensor_check", {B, V, L}, T::Boolean, tensor_check);

@@ -212,6 +212,34 @@ def get(con: duckdb.DuckDBPyConnection, name: str) -> Entry:
     return e
 
 
+def get_many(con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, Entry]:
+    """The entries of those ``names`` that are stored tensor tables, by folded name, with the same checks as
+    ``get``, in two queries however many names (a statement's operands). A name left out is not a tensor
+    table (or is one ``get`` would refuse): ``get`` says why."""
+    wanted = list(dict.fromkeys(fold(n) for n in names))
+    if not wanted:
+        return {}
+    cols = _columns(con, CATALOG, *wanted)
+    if not _catalog_exists(con, cols):
+        return {}
+    q = exp.select(*_COLUMNS).from_(_table()).where(_lower_in("name", len(wanted)))
+    rows: dict[str, list[tuple]] = {}
+    for r in _rows(con, q, wanted):
+        if isinstance(r[0], str) and fold(r[0]) in wanted:
+            rows.setdefault(fold(r[0]), []).append(r)
+    out: dict[str, Entry] = {}
+    for key, found in rows.items():
+        if len(found) != 1:
+            continue
+        try:
+            e = entry(found[0])
+            _check_table(e, cols.get(key))
+        except CatalogError:
+            continue
+        out[key] = e
+    return out
+
+
 def names(con: duckdb.DuckDBPyConnection) -> list[str]:
     if not _catalog_exists(con):
         return []
@@ -267,6 +295,12 @@ class DuckDBCatalog:
         name = metadata.check_name(name, "table")
         with self._lock:
             return get(self._con, name)
+
+    def get_many(self, names: Sequence[str]) -> dict[str, Entry]:
+        checked = [metadata.check_name(n, "table") for n in names]
+        with self._lock:
+            return get_many(self._con, checked)
+
 
     def names(self) -> list[str]:
         with self._lock:

@@ -23,7 +23,9 @@ WITH meta AS (
     FROM tensorsql_catalog
     WHERE lower(name) = lower(tensor_table)
 ), blocks AS (
-    SELECT list_value(*COLUMNS('^k[0-9]+$')) AS keys, tensor FROM query_table(tensor_table)
+    -- the key columns in order, then a pad (so a 0-d tensor, which has no keys, still gives a list)
+    SELECT list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS keys, tensor
+    FROM query_table(tensor_table), (SELECT -1 AS __ts_pad)
 ), per_block AS (
     SELECT
         keys, bs,
@@ -50,18 +52,22 @@ FROM cells
 """
 
 
-def _present(con: duckdb.DuckDBPyConnection) -> bool:
+#: a word of the current definition: a database holding an older one gets this one on its next save
+MARKER = "__ts_pad"
+
+
+def _current(con: duckdb.DuckDBPyConnection) -> bool:
     query = (
-        "SELECT count(*) FROM duckdb_functions() "
+        "SELECT macro_definition FROM duckdb_functions() "
         "WHERE function_name = ? AND database_name = current_database()"
     )
     rows = con.execute(query, [NAME]).fetchall()
-    return bool(rows[0][0])
+    return any(MARKER in (definition or "") for (definition,) in rows)
 
 
 def ensure(con: duckdb.DuckDBPyConnection) -> None:
-    """The macros, in this database (made on a save: an older database gets them on its next save)."""
-    if not _present(con):
+    """The macros, in this database, as this version defines them (made or replaced on a save)."""
+    if not _current(con):
         con.execute(TENSOR_CELLS)
 
 

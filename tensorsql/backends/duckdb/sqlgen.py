@@ -513,6 +513,8 @@ class _Builder:
             return self.aggregate(rel)
         if isinstance(rel, T.Repartition):
             return self.repartition(rel)
+        if isinstance(rel, T.Slice):
+            return self.slice(rel)
         if isinstance(rel, T.Restrict):  # a stored table's blocks checked as they pass (``read``)
             sc = self.src(rel, "c")
             tensor = self.read(rel.child, "c") if sc.value is None else sc.tensor()
@@ -726,6 +728,69 @@ class _Builder:
             array(start),
             array(stop),
         )
+        tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
+        return self.finish(Row(q, keys, tensor), group=True)
+
+
+    def slice(self, rel: T.Slice) -> exp.Select:
+        """Each child block cut into its pieces of the output blocks (``tensor_slice_strided``) and the pieces
+        of an output block assembled. Where the pieces are to be found is known when planning
+        (``T.Slice.pieces``): per sliced dimension a small VALUES table (child block, output block, first
+        element, elements, offset) joined on the child's key, so the query does no index arithmetic. A
+        dimension kept whole keeps its keys; where every output block is a single piece, no assembling."""
+        src, dst = rel.child.schema, rel.schema
+        sc = self.src(rel.child, "c")
+        leaf = rel.child.child if isinstance(rel.child, T.Restrict) else rel.child
+        x = self.read(leaf, "c") if sc.value is None else sc.tensor()
+        q = _from(sc)
+        keys: dict[str, exp.Expression] = {}
+        start, count, step, piece, offset, out = [], [], [], [], [], []
+        whole = True
+        for d, lab in enumerate(src.keys):
+            ck = sc.cols[lab]
+            pieces = rel.pieces(d)
+            kept = dst.keys[rel.out_dim(d)] if rel.keep[d] else None
+            if (
+                kept is not None
+                and (rel.start[d], rel.step[d], rel.count[d]) == (0, 1, src.sizes[lab])
+                and dst.blocks[kept] == src.blocks[lab]
+            ):  # the child's own blocks: keep the key
+                key, a, n, o = ck.copy(), lit(0), extent(src, lab, ck.copy()), lit(0)
+            else:
+                alias = f"m{d}"
+                rows = [tuple(lit(v) for v in p) for p in pieces]
+                where = exp.values(rows, alias=alias, columns=["s", "t", "a", "n", "o"])
+                on = exp.EQ(this=col(alias, "s"), expression=ck.copy())
+                if q.args.get("from_") is None:  # an inlined one-block child: no table to join to
+                    q = q.from_(where, copy=False).where(on, copy=False)
+                else:
+                    q = q.join(where, on=on, copy=False)
+                key, a, n, o = col(alias, "t"), col(alias, "a"), col(alias, "n"), col(alias, "o")
+                if kept is not None:
+                    bt, total = dst.blocks[kept], dst.sizes[kept]
+                    targets = [p[1] for p in pieces]
+                    whole = whole and len(set(targets)) == len(targets) and all(
+                        p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces
+                    )
+            start.append(a)
+            count.append(n)
+            step.append(lit(rel.step[d]))
+            if kept is not None:
+                keys[kept] = key
+                piece.append(n.copy())
+                offset.append(o.copy())
+                out.append(extent(dst, kept, key.copy()))
+        sliced = call(
+            "tensor_slice_strided",
+            lit(src.dtype),
+            x,
+            block_shape(src, sc.cols),
+            array(start),
+            array(count),
+            array(step),
+        )
+        if whole:
+            return self.finish(Row(q, keys, sliced))
         tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
         return self.finish(Row(q, keys, tensor), group=True)
 
