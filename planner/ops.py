@@ -30,7 +30,21 @@ JOINS: tuple[str, ...] = (
 #: Aggregations (⊕): associative and commutative, so partial aggregates combine in any order.
 AGGS: tuple[str, ...] = ("sum", "max", "min", "prod")
 #: Element-wise maps (a unary EinSum whose ``join`` names the map).
-MAPS: tuple[str, ...] = ("exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal")
+MAPS: tuple[str, ...] = (
+    "exp",
+    "log",
+    "sqrt",
+    "relu",
+    "neg",
+    "abs",
+    "pow",
+    "scale",
+    "square",
+    "reciprocal",
+    "sigmoid",
+    "tanh",
+    "softplus",
+)
 #: Other ``join`` names of a unary EinSum tensorsql builds: a transpose/diagonal/reduction, a dtype cast.
 #: (A unary EinSum's ``join`` is not checked: the planner models any element-wise function.)
 UNARY_JOINS: tuple[str, ...] = ("identity", "cast")

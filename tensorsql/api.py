@@ -566,7 +566,8 @@ def _apply(x: object, fn: str, param: float | None = None) -> object:
 
 
 def map(x: object, fn: str, param: float | None = None) -> object:  # noqa: A001
-    """Element-wise ``fn`` (exp, log, sqrt, relu, neg, abs, pow, scale, square, reciprocal)."""
+    """Element-wise ``fn``: exp, log, sqrt, relu, neg, abs, pow, scale, square, reciprocal, sigmoid, tanh,
+    softplus."""
     return _apply(x, fn, param)
 
 
@@ -586,6 +587,18 @@ def relu(x: object) -> object:
     return _apply(x, "relu")
 
 
+def sigmoid(x: object) -> object:
+    return _apply(x, "sigmoid")
+
+
+def tanh(x: object) -> object:
+    return _apply(x, "tanh")
+
+
+def softplus(x: object) -> object:
+    return _apply(x, "softplus")
+
+
 def neg(x: object) -> object:
     return _apply(x, "neg")
 
@@ -602,10 +615,8 @@ def scale(x: object, factor: float) -> object:
     return _apply(x, "scale", factor)
 
 
-def softmax(x: object, over: int | Sequence[int] = -1) -> object:
-    """Softmax over the axes ``over``, built from EinSum steps (README "Element-wise maps and softmax"):
-    C = max over ``over``; E = exp(X - C); S = sum of E over ``over``; Y = E / S.
-    """
+def _over(x: object, over: int | Sequence[int], what: str) -> tuple[TensorRelation, str, str]:
+    """``x`` as a float relation, and the letters of all its axes and of those not in ``over``."""
     rel = x if isinstance(x, TensorRelation) else None
     s = rel.session if rel is not None else default_session()
     if rel is None:
@@ -617,19 +628,42 @@ def softmax(x: object, over: int | Sequence[int] = -1) -> object:
     norm: list[int] = []
     for a in axes:
         if not isinstance(a, int) or not -ndim <= a < ndim:
-            raise ShapeError(f"softmax: axis {a!r} is out of range for a tensor of shape {rel.shape}")
+            raise ShapeError(f"{what}: axis {a!r} is out of range for a tensor of shape {rel.shape}")
         norm.append(a % ndim)
     if len(set(norm)) != len(norm) or not norm:
-        raise ShapeError(f"softmax: over={over!r} must name distinct axes of shape {rel.shape}")
+        raise ShapeError(f"{what}: over={over!r} must name distinct axes of shape {rel.shape}")
     letters = "abcdefghijklmnopqrstuvwxyz"[:ndim]
     keep = "".join(c for i, c in enumerate(letters) if i not in norm)
     if rel.dtype.kind in "iu":
         rel = s.map(rel, "scale", 1.0)  # promotes to float64
-    c = s.einsum(f"{letters}->{keep}", rel, agg="max")
-    e = s.map(s.einsum(f"{letters},{keep}->{letters}", rel, c, join="subtract"), "exp")
-    total = s.einsum(f"{letters}->{keep}", e)
-    y = s.einsum(f"{letters},{keep}->{letters}", e, total, join="divide")
+    return rel, letters, keep
+
+
+def _result(x: object, y: TensorRelation) -> object:
     if isinstance(x, TensorRelation):
         return y
     out = y.numpy()
     return out[()] if out.ndim == 0 else out
+
+
+def softmax(x: object, over: int | Sequence[int] = -1) -> object:
+    """Softmax over the axes ``over``, built from EinSum steps (README "Element-wise maps and softmax"):
+    C = max over ``over``; E = exp(X - C); S = sum of E over ``over``; Y = E / S.
+    """
+    rel, letters, keep = _over(x, over, "softmax")
+    s = rel.session
+    c = s.einsum(f"{letters}->{keep}", rel, agg="max")
+    e = s.map(s.einsum(f"{letters},{keep}->{letters}", rel, c, join="subtract"), "exp")
+    total = s.einsum(f"{letters}->{keep}", e)
+    return _result(x, s.einsum(f"{letters},{keep}->{letters}", e, total, join="divide"))
+
+
+def log_softmax(x: object, over: int | Sequence[int] = -1) -> object:
+    """log(softmax(X)) without forming the softmax: D = X - max over ``over``; Y = D - log(sum exp(D)).
+    Finite where the softmax underflows to 0 (a very negative logit), as cross-entropies need."""
+    rel, letters, keep = _over(x, over, "log_softmax")
+    s = rel.session
+    c = s.einsum(f"{letters}->{keep}", rel, agg="max")
+    d = s.einsum(f"{letters},{keep}->{letters}", rel, c, join="subtract")
+    lse = s.map(s.einsum(f"{letters}->{keep}", s.map(d, "exp")), "log")
+    return _result(x, s.einsum(f"{letters},{keep}->{letters}", d, lse, join="subtract"))

@@ -131,6 +131,10 @@ class PlanError(ValueError, TensorSQLError):
     """A plan that cannot be built (unsupported lowering, inconsistent partitioning)."""
 
 
+class GradError(ValueError, TensorSQLError):
+    """A gradient that cannot be taken: a loss that is not a real scalar, ``wrt`` not in its graph."""
+
+
 __all__ = [
     "CastingError",
     "CatalogError",
@@ -141,6 +145,7 @@ __all__ = [
     "EinsumError",
     "EinsumPathError",
     "EinsumTypeError",
+    "GradError",
     "ExtensionError",
     "KernelError",
     "OperatorError",

@@ -438,7 +438,8 @@ def test_slice_strided_matches_numpy(scon, dtype):
         want = x[np.ix_(*[a + st * np.arange(c) for a, c, st in zip(start, count, step, strict=True)])]
         np.testing.assert_array_equal(unblob(b, dtype, want.shape), want)
     s = np.array(7, dtype=dtype)
-    b = scon.execute("SELECT tensor_slice_strided(?, ?::BLOB, [], [], [], [])", [dtype, blob(s)]).fetchone()[0]
+    query = "SELECT tensor_slice_strided(?, ?::BLOB, [], [], [], [])"
+    b = scon.execute(query, [dtype, blob(s)]).fetchone()[0]
     assert unblob(b, dtype, ()) == s
 
 
@@ -467,7 +468,8 @@ def test_slice_strided_errors(con, start, count, step, match):
 
 def test_slice_strided_checks_the_blob(con):
     x = np.zeros((4, 5))
-    with pytest.raises(duckdb.Error, match=r"tensor_slice_strided: operand x has 160 bytes but shape \[4,6\]"):
+    match = r"tensor_slice_strided: operand x has 160 bytes but shape \[4,6\]"
+    with pytest.raises(duckdb.Error, match=match):
         con.execute(
             "SELECT tensor_slice_strided('float64', ?::BLOB, [4,6], [0,0], [1,1], [1,1])", [blob(x)]
         ).fetchall()

@@ -49,6 +49,9 @@ MAP_REF = {
     "scale": lambda x, p: x * p,
     "square": lambda x, p: x * x,
     "reciprocal": lambda x, p: 1 / x,
+    "sigmoid": lambda x, p: 1 / (1 + np.exp(-x)),
+    "tanh": lambda x, p: np.tanh(x),
+    "softplus": lambda x, p: np.log1p(np.exp(x)),
 }
 PARAMS = {"exponent": 3.0, "factor": 2.0}
 
@@ -80,8 +83,11 @@ def test_derived_lists():
         "greater", "greater_equal", "less", "less_equal", "equal", "not_equal",
     )  # fmt: skip
     assert ops.AGGS == ("sum", "max", "min", "prod")
-    assert ops.MAPS == ("exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal")
-    assert ops.FLOAT_MAPS == ("exp", "log", "sqrt", "reciprocal")
+    assert ops.MAPS == (
+        "exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal", "sigmoid", "tanh",
+        "softplus",
+    )  # fmt: skip
+    assert ops.FLOAT_MAPS == ("exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "softplus")
     assert dict(ops.AGG_FUNCS) == {
         "sum": "tensor_sum",
         "max": "tensor_max",
@@ -101,8 +107,8 @@ def test_lookup_and_checks():
         ops.lookup("join", "nope")
     with pytest.raises(OperatorError, match="unknown agg 'mean'; valid aggregations: sum, max, min, prod"):
         ops.check_ops("multiply", "mean", "float64")
-    with pytest.raises(OperatorError, match="unknown map function 'tanh'; valid: exp, log"):
-        ops.check_map("tanh")
+    with pytest.raises(OperatorError, match="unknown map function 'cosh'; valid: exp, log"):
+        ops.check_map("cosh")
     with pytest.raises(OperatorError):
         ops.lookup("agg", None)
     with pytest.raises(ValueError, match="unknown operator kind"):

@@ -73,7 +73,7 @@ def test_einsum_returns_block_rows_like_a_tensor_table(db, ab):
 def test_a_statement_looks_its_tables_up_together(db, ab, monkeypatch):
     """One catalog lookup per statement, not per operand; a table named twice is one operand node (its
     blocks read once by the plan); a name that is not a tensor table still gets its own error."""
-    a, b = ab
+    a, _b = ab
     catalog = db.executor.catalog
     calls = []
     monkeypatch.setattr(catalog, "get", lambda name: calls.append(name) or pytest.fail("per-table lookup"))

@@ -107,6 +107,11 @@ class Op:
 
 _INF = math.inf
 
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    e = np.exp(-np.abs(x))  # never overflows
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
 #: The table. Order is the order names are listed to users (errors, docs) and in the C++ kernels' table.
 OPS: tuple[Op, ...] = (
     # joins: z = x ⊗ y
@@ -167,6 +172,25 @@ OPS: tuple[Op, ...] = (
     ),
     Op("square", "map", 1, True, NEVER, "x * x", numpy=lambda x, p: np.multiply(x, x)),
     Op("reciprocal", "map", 1, True, ALWAYS, "1 / x", numpy=lambda x, p: np.true_divide(1, x)),
+    Op(
+        "sigmoid",
+        "map",
+        1,
+        False,
+        ALWAYS,
+        "1 / (1 + e^-x), without overflow (real dtypes)",
+        numpy=lambda x, p: _sigmoid(x),
+    ),
+    Op("tanh", "map", 1, True, ALWAYS, "hyperbolic tangent", numpy=lambda x, p: np.tanh(x)),
+    Op(
+        "softplus",
+        "map",
+        1,
+        False,
+        ALWAYS,
+        "log(1 + e^x), without overflow (real dtypes)",
+        numpy=lambda x, p: np.logaddexp(0, x),
+    ),
 )
 
 _BY_KEY: Mapping[tuple[str, str], Op] = MappingProxyType({(op.kind, op.name): op for op in OPS})

@@ -229,6 +229,22 @@ inline T relu_of(T v) {
 	}
 }
 
+// 1 / (1 + e^-v) without overflow for either sign of v (real floating types only).
+template <class T>
+inline T sigmoid_of(T v) {
+	if (v >= T(0)) {
+		return T(1) / (T(1) + std::exp(-v));
+	}
+	const T e = std::exp(v);
+	return e / (T(1) + e);
+}
+
+// log(1 + e^v) without overflow or loss of precision for either sign of v (real floating types only).
+template <class T>
+inline T softplus_of(T v) {
+	return v > T(0) ? v + std::log1p(std::exp(-v)) : std::log1p(std::exp(v));
+}
+
 // NaN-propagating max/min (numpy's np.maximum / np.max semantics).
 template <class T>
 inline T nan_max(T a, T b) {

@@ -57,7 +57,10 @@ namespace tsk {
 	X(Pow, "pow", kMapComplex | kMapInteger | kMapParam | kMapIntExponent, param_pow(v, p))                          \
 	X(Scale, "scale", kMapComplex | kMapInteger | kMapParam, param_scale(v, p))                                      \
 	X(Square, "square", kMapComplex | kMapInteger, wsquare(v))                                                       \
-	X(Reciprocal, "reciprocal", kMapComplex, T(1) / v)
+	X(Reciprocal, "reciprocal", kMapComplex, T(1) / v)                                                              \
+	X(Sigmoid, "sigmoid", 0, sigmoid_of(v))                                                                          \
+	X(Tanh, "tanh", kMapComplex, T(std::tanh(v)))                                                                    \
+	X(Softplus, "softplus", 0, softplus_of(v))
 
 // ---- scalar helpers the lists use ------------------------------------------------------------------------
 
