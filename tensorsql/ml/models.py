@@ -1,0 +1,319 @@
+"""Models whose weights are tensor relations: linear, logistic and softmax regression, and a multi-layer
+perceptron. ``forward`` builds the graph from a feature matrix (a relation or an array), ``loss`` its
+training loss, ``predict`` what a user scores with; ``save``/``load`` keep a model as tensor tables and a
+row of ``tensorsql_models`` (its kind and sizes), so SQL can score with it (``predict_sql``)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+import numpy as np
+from sqlglot import exp
+
+from tensorsql import api
+from tensorsql.errors import ConfigError, ShapeError
+from tensorsql.ml import losses
+
+if TYPE_CHECKING:
+    from tensorsql.relation import TensorRelation
+    from tensorsql.session import Session
+
+#: the plain table that lists saved models
+MODELS = "tensorsql_models"
+
+
+def _size(value: object, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what} must be a positive int, got {value!r}")
+    return value
+
+
+class Model:
+    """Weights as relations, in ``names`` order (the order gradients and optimizer state follow)."""
+
+    kind = "model"
+    #: the loss ``fit`` minimises, from (outputs, targets)
+    names: tuple[str, ...] = ()
+
+    def __init__(self, session: Session, dtype: str = "float32", seed: int = 0) -> None:
+        if dtype not in ("float32", "float64"):
+            raise ConfigError(f"{type(self).__name__}: dtype must be float32 or float64, got {dtype!r}")
+        self.session = session
+        self.dtype = dtype
+        self.seed = seed
+        self.params: dict[str, TensorRelation] = {}
+
+    # -- to override ---------------------------------------------------------------------------------------
+    def config(self) -> dict[str, object]:
+        raise NotImplementedError
+
+    def forward(self, x: object) -> TensorRelation:
+        raise NotImplementedError
+
+    def loss(self, out: TensorRelation, y: object) -> TensorRelation:
+        raise NotImplementedError
+
+    def predict(self, x: object) -> TensorRelation:
+        return self.forward(x)
+
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        """A label column as the loss's targets (a class id becomes a one-hot row)."""
+        return y.astype(self.dtype)
+
+    # -- shared ---------------------------------------------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        return int(self.config()["n_features"])  # type: ignore[call-overload]
+
+    def inputs(self, x: object) -> object:
+        """Features as an operand: an array is cast to the model's dtype (it joins the graph as an array)."""
+        from tensorsql.relation import TensorRelation
+
+        if isinstance(x, TensorRelation):
+            if x.session is not self.session:
+                raise ShapeError("the features belong to another session than the model")
+            shape = x.shape
+        else:
+            x = np.ascontiguousarray(x, dtype=self.dtype)
+            shape = x.shape
+        if len(shape) != 2 or shape[1] != self.n_features:
+            raise ShapeError(f"{self.kind}: features must be (rows, {self.n_features}), got shape {shape}")
+        return x
+
+    def init(self, shapes: dict[str, tuple[int, ...]]) -> None:
+        """Glorot-uniform matrices, zero vectors, from ``seed`` (the same weights for the same seed)."""
+        rng = np.random.default_rng(self.seed)
+        for name, shape in shapes.items():
+            if len(shape) == 2 and name.startswith("W"):
+                limit = np.sqrt(6.0 / (shape[0] + shape[1]))
+                value = rng.uniform(-limit, limit, shape)
+            else:
+                value = np.zeros(shape)
+            self.params[name] = self.session.from_numpy(value.astype(self.dtype))
+
+    def set_params(self, params: list[TensorRelation]) -> None:
+        for name, rel in zip(self.names, params, strict=True):
+            if rel.shape != self.params[name].shape:
+                raise ShapeError(f"{self.kind}: {name} has shape {self.params[name].shape}, got {rel.shape}")
+            self.params[name] = rel
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return {k: v.numpy() for k, v in self.params.items()}
+
+    def save(self, name: str) -> None:
+        """The weights as tensor tables ``<name>__<weight>`` and the model's row in ``tensorsql_models``."""
+        s = self.session
+        for k, rel in self.params.items():
+            s.save(rel, f"{name}__{k}", replace=True)
+        _ensure_models_table(s)
+        table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
+        s.execute(exp.delete(table, where=exp.column("name").eq(exp.Literal.string(name))), "save model")
+        row = exp.Tuple(
+            expressions=[
+                exp.Literal.string(name),
+                exp.Literal.string(self.kind),
+                exp.Literal.string(json.dumps({**self.config(), "dtype": self.dtype})),
+            ]
+        )
+        s.execute(exp.insert(exp.Values(expressions=[row]), table), "save model")
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(f"{k}{v.shape}" for k, v in self.params.items())
+        return f"<{type(self).__name__} {self.dtype} {shapes}>"
+
+
+def _ensure_models_table(s: Session) -> None:
+    cols = [
+        exp.ColumnDef(this=exp.to_identifier(c), kind=exp.DataType.build("VARCHAR"))
+        for c in ("name", "kind", "config")
+    ]
+    create = exp.Create(
+        this=exp.Schema(this=exp.Table(this=exp.to_identifier(MODELS, quoted=True)), expressions=cols),
+        kind="TABLE",
+        exists=True,
+    )
+    s.execute(create, "save model")
+
+
+class LinearRegression(Model):
+    """``y = X w + b``, mean squared error."""
+
+    kind = "linear_regression"
+    names = ("W", "b")
+
+    def __init__(self, session: Session, n_features: int, *, dtype: str = "float32", seed: int = 0) -> None:
+        super().__init__(session, dtype, seed)
+        self.features = _size(n_features, f"{type(self).__name__}: n_features")
+        self.init({"W": (self.features,), "b": ()})
+
+    def config(self) -> dict[str, object]:
+        return {"n_features": self.features}
+
+    def forward(self, x: object) -> TensorRelation:
+        return self.session.einsum("ij,j->i", self.inputs(x), self.params["W"]) + self.params["b"]
+
+    def loss(self, out: TensorRelation, y: object) -> TensorRelation:
+        return losses.mse(out, y)
+
+
+class LogisticRegression(LinearRegression):
+    """``p = sigmoid(X w + b)``, binary cross-entropy from the logits; ``predict`` gives ``p``."""
+
+    kind = "logistic_regression"
+
+    def loss(self, out: TensorRelation, y: object) -> TensorRelation:
+        return losses.binary_cross_entropy(out, y)
+
+    def predict(self, x: object) -> TensorRelation:
+        return api.sigmoid(self.forward(x))  # type: ignore[return-value]
+
+
+class SoftmaxRegression(Model):
+    """``p = softmax(X W + b)`` over ``n_classes``; labels are class ids 0..n_classes-1."""
+
+    kind = "softmax_regression"
+    names = ("W", "b")
+
+    def __init__(
+        self, session: Session, n_features: int, n_classes: int, *, dtype: str = "float32", seed: int = 0
+    ) -> None:
+        super().__init__(session, dtype, seed)
+        self.features = _size(n_features, f"{type(self).__name__}: n_features")
+        self.classes = _size(n_classes, f"{type(self).__name__}: n_classes")
+        self.init({"W": (self.features, self.classes), "b": (self.classes,)})
+
+    def config(self) -> dict[str, object]:
+        return {"n_features": self.features, "n_classes": self.classes}
+
+    def forward(self, x: object) -> TensorRelation:
+        return self.inputs_times(x, "W") + self.params["b"]
+
+    def inputs_times(self, x: object, w: str) -> TensorRelation:
+        return self.session.einsum("ij,jk->ik", self.inputs(x), self.params[w])
+
+    def loss(self, out: TensorRelation, y: object) -> TensorRelation:
+        return losses.softmax_cross_entropy(out, y, over=1)
+
+    def predict(self, x: object) -> TensorRelation:
+        return api.softmax(self.forward(x), over=1)  # type: ignore[return-value]
+
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        return one_hot(y, self.classes, self.dtype, self.kind)
+
+
+def one_hot(y: np.ndarray, classes: int, dtype: str, what: str) -> np.ndarray:
+    ids = np.asarray(y)
+    if ids.dtype.kind == "f":
+        if not np.all(np.isfinite(ids)) or not np.all(ids == np.round(ids)):
+            raise ConfigError(f"{what}: labels must be class ids (integers), got {ids[:5]!r}...")
+        ids = ids.astype(np.int64)
+    if ids.dtype.kind not in "iu" or (ids.size and (ids.min() < 0 or ids.max() >= classes)):
+        raise ConfigError(f"{what}: labels must be class ids 0..{classes - 1}")
+    out = np.zeros((ids.shape[0], classes), dtype=dtype)
+    out[np.arange(ids.shape[0]), ids] = 1
+    return out
+
+
+class MLP(SoftmaxRegression):
+    """A feed-forward network (the EinDecomp paper's FFNN): ``layers`` = [features, hidden..., outputs],
+    ``activation`` (relu, tanh, sigmoid) between layers; a classifier (softmax cross-entropy over the
+    outputs, labels are class ids) or, with ``task="regression"``, mean squared error."""
+
+    kind = "mlp"
+
+    def __init__(
+        self,
+        session: Session,
+        layers: list[int],
+        *,
+        activation: str = "relu",
+        task: str = "classification",
+        dtype: str = "float32",
+        seed: int = 0,
+    ) -> None:
+        Model.__init__(self, session, dtype, seed)
+        if not isinstance(layers, list | tuple) or len(layers) < 2:
+            raise ConfigError(f"MLP: layers must list at least [features, outputs], got {layers!r}")
+        self.layers = [_size(n, f"MLP: layers[{i}]") for i, n in enumerate(layers)]
+        if activation not in ("relu", "tanh", "sigmoid"):
+            raise ConfigError(f"MLP: activation must be relu, tanh or sigmoid, got {activation!r}")
+        if task not in ("classification", "regression"):
+            raise ConfigError(f"MLP: task must be classification or regression, got {task!r}")
+        self.activation, self.task = activation, task
+        self.features, self.classes = self.layers[0], self.layers[-1]
+        shapes: dict[str, tuple[int, ...]] = {}
+        for i, (a, b) in enumerate(zip(self.layers, self.layers[1:], strict=False)):
+            shapes[f"W{i}"], shapes[f"b{i}"] = (a, b), (b,)
+        self.names = tuple(shapes)
+        self.init(shapes)
+
+    def config(self) -> dict[str, object]:
+        return {
+            "n_features": self.features,
+            "layers": self.layers,
+            "activation": self.activation,
+            "task": self.task,
+        }
+
+    def forward(self, x: object) -> TensorRelation:
+        h = self.inputs(x)
+        depth = len(self.layers) - 1
+        for i in range(depth):
+            h = self.session.einsum("ij,jk->ik", h, self.params[f"W{i}"]) + self.params[f"b{i}"]
+            if i < depth - 1:
+                h = self.session.map(h, self.activation)
+        return h  # type: ignore[return-value]
+
+    def loss(self, out: TensorRelation, y: object) -> TensorRelation:
+        if self.task == "regression":
+            return losses.mse(out, y)
+        return losses.softmax_cross_entropy(out, y, over=1)
+
+    def predict(self, x: object) -> TensorRelation:
+        out = self.forward(x)
+        return out if self.task == "regression" else api.softmax(out, over=1)  # type: ignore[return-value]
+
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        if self.task == "regression":
+            y = np.asarray(y, dtype=self.dtype)
+            return y.reshape(-1, 1) if y.ndim == 1 and self.classes == 1 else y
+        return one_hot(y, self.classes, self.dtype, self.kind)
+
+
+KINDS: dict[str, type[Model]] = {
+    cls.kind: cls for cls in (LinearRegression, LogisticRegression, SoftmaxRegression, MLP)
+}
+
+
+def load(session: Session, name: str) -> Model:
+    """A model saved with ``save(name)``: its kind and sizes from ``tensorsql_models``, its weights from the
+    tensor tables."""
+    from tensorsql.errors import TableNotFoundError, TensorSQLError
+
+    table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
+    query = exp.select("kind", "config").from_(table).where(exp.column("name").eq(exp.Literal.string(name)))
+    try:
+        rows = session.execute(query, "load model")
+    except TensorSQLError as exc:
+        raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)") from exc
+    if not rows:
+        raise TableNotFoundError(f"no saved model {name!r} in {MODELS}")
+    kind, config = rows[0]
+    cfg = json.loads(config)
+    dtype = cfg.pop("dtype")
+    cls = KINDS.get(kind)
+    if cls is None:
+        raise ConfigError(f"saved model {name!r} has an unknown kind {kind!r}")
+    if cls is MLP:
+        act, task = cfg["activation"], cfg["task"]
+        model: Model = MLP(session, cfg["layers"], activation=act, task=task, dtype=dtype)
+    elif cls is SoftmaxRegression:
+        model = SoftmaxRegression(session, cfg["n_features"], cfg["n_classes"], dtype=dtype)
+    else:
+        model = cls(session, cfg["n_features"], dtype=dtype)  # type: ignore[call-arg]
+    model.set_params([session.table(f"{name}__{k}") for k in model.names])
+    return model
+
+
+__all__ = ["MLP", "LinearRegression", "LogisticRegression", "Model", "SoftmaxRegression", "load"]

@@ -1,0 +1,225 @@
+"""Machine learning: losses and their gradients, optimizers against their published update rules, models
+trained from a table (accuracy, a numpy-by-hand MLP), checkpoint and resume, save/load, bad inputs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from test_autodiff import check
+
+import tensorsql as ts
+from tensorsql import ml
+
+
+@pytest.fixture(scope="module")
+def s():
+    with ts.connect(threads=1) as session:
+        yield session
+
+
+def table(s, name, columns):
+    s.executor.con.register("_ts_test_rows", pa.table(columns))
+    try:
+        s.execute(f'CREATE OR REPLACE TABLE "{name}" AS SELECT * FROM _ts_test_rows')
+    finally:
+        s.executor.con.unregister("_ts_test_rows")
+
+
+RNG = np.random.default_rng(33)
+
+
+# ---- losses ------------------------------------------------------------------------------------------------
+def test_losses_match_numpy_and_differentiate(s):
+    z, y = RNG.standard_normal((6, 3)), RNG.random((6, 3))
+    Z = s.from_numpy(z)
+    np.testing.assert_allclose(ml.mse(Z, y).numpy(), ((z - y) ** 2).mean(), rtol=1e-12)
+    bce = np.mean(np.logaddexp(0, z) - y * z)
+    np.testing.assert_allclose(ml.binary_cross_entropy(Z, y).numpy(), bce, rtol=1e-12)
+    onehot = np.eye(3)[[0, 2, 1, 1, 0, 2]]
+    logp = z - z.max(1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+    ce = ml.softmax_cross_entropy(Z, onehot, over=1)
+    np.testing.assert_allclose(ce.numpy(), -(onehot * logp).sum() / 6)
+    # finite for extreme logits, where sigmoid or softmax alone underflow
+    big = s.from_numpy(np.array([[800.0, -800.0, 0.0]]))
+    assert np.isfinite(ml.binary_cross_entropy(big, np.array([[0.0, 1.0, 1.0]])).numpy())
+    assert np.isfinite(ml.softmax_cross_entropy(big, np.array([[0.0, 1.0, 0.0]])).numpy())
+    check(s, lambda Z, Y: ml.binary_cross_entropy(Z, Y), [z, y], wrt=[0])
+    check(s, lambda Z, Y: ml.softmax_cross_entropy(Z, Y, over=1), [z, onehot], wrt=[0])
+    check(s, lambda Z, Y: ml.mse(Z, Y), [z, y], wrt=[0, 1])
+    with pytest.raises(ts.ShapeError, match=r"mse: the targets have shape \(3,\), the predictions \(6, 3\)"):
+        ml.mse(Z, np.zeros(3))
+
+
+# ---- optimizers --------------------------------------------------------------------------------------------
+def _reference(kind, p, grads, lr, **kw):
+    """The update rules as torch documents them, in numpy."""
+    m, v = np.zeros_like(p), np.zeros_like(p)
+    for t, g in enumerate(grads, 1):
+        if kind == "sgd":
+            g = g + kw.get("weight_decay", 0) * p
+            m = kw["momentum"] * m + g
+            p = p - lr * ((g + kw["momentum"] * m) if kw.get("nesterov") else m)
+        else:
+            b1, b2 = 0.9, 0.999
+            if kind == "adam":
+                g = g + kw.get("weight_decay", 0) * p
+            else:
+                p = p * (1 - lr * kw["weight_decay"])
+            m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+            p = p - lr * (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + 1e-8)
+    return p
+
+
+@pytest.mark.parametrize(
+    ("kind", "make", "kw"),
+    [
+        ("sgd", lambda: ml.SGD(0.05, momentum=0.9), {"momentum": 0.9}),
+        ("sgd", lambda: ml.SGD(0.05, momentum=0.5, nesterov=True, weight_decay=0.1),
+         {"momentum": 0.5, "nesterov": True, "weight_decay": 0.1}),
+        ("sgd", lambda: ml.SGD(0.05), {"momentum": 0.0}),
+        ("adam", lambda: ml.Adam(0.01, weight_decay=0.05), {"weight_decay": 0.05}),
+        ("adamw", lambda: ml.AdamW(0.01, weight_decay=0.2), {"weight_decay": 0.2}),
+    ],
+)  # fmt: skip
+def test_optimizers_follow_their_update_rules(s, kind, make, kw):
+    p0 = RNG.standard_normal((3, 2))
+    grads = [RNG.standard_normal((3, 2)) for _ in range(4)]
+    opt = make()
+    params = [s.from_numpy(p0)]
+    for g in grads:
+        params = opt.step(params, [s.from_numpy(g)])
+    want = _reference(kind, p0, grads, opt.lr, **kw)
+    np.testing.assert_allclose(params[0].numpy(), want, rtol=1e-12, atol=1e-14)
+    assert all(isinstance(v, ts.TensorRelation) for st in opt.state for v in st.values())
+
+
+def test_optimizer_errors(s):
+    with pytest.raises(ts.ConfigError, match="SGD: lr must be a finite number"):
+        ml.SGD("fast")
+    with pytest.raises(ts.ConfigError, match=r"Adam: betas must be below 1"):
+        ml.Adam(betas=(1.0, 0.9))
+    with pytest.raises(ts.ConfigError, match="nesterov needs momentum"):
+        ml.SGD(0.1, nesterov=True)
+    with pytest.raises(ts.ShapeError, match=r"parameter 0 has shape \(2,\), its gradient \(3,\)"):
+        ml.SGD(0.1).step([s.from_numpy(np.zeros(2))], [s.from_numpy(np.zeros(3))])
+
+
+# ---- training from a table ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def separable(s):
+    n, f = 1200, 4
+    x = RNG.standard_normal((n, f))
+    w = np.array([1.5, -2.0, 0.5, 1.0])
+    y = (x @ w + 0.2 > 0).astype(np.int32)
+    x += 0.15 * np.sign(x @ w + 0.2)[:, None] * w / np.linalg.norm(w)  # a margin: separable
+    table(s, "points", {**{f"f{i}": x[:, i] for i in range(f)}, "label": y})
+    return x, y
+
+
+def test_logistic_regression_separates_a_separable_table(s, separable):
+    x, y = separable
+    model = ml.LogisticRegression(s, 4, dtype="float64")
+    hist = ml.fit(model, "points", ["f0", "f1", "f2", "f3"], "label", epochs=4, batch_size=300,
+                  optimizer=ml.Adam(0.2), progress=False)  # fmt: skip
+    assert hist.ran == 4 and hist.losses[-1] < hist.losses[0]
+    accuracy = ((model.predict(x).numpy() > 0.5) == y).mean()
+    assert accuracy >= 0.99, accuracy
+
+
+def test_mlp_full_batch_steps_match_numpy_by_hand(s):
+    """Full-batch gradient descent (one batch per epoch: the row order cannot matter) against the same
+    network written out in numpy, from the same initial weights."""
+    n = 40
+    x = RNG.standard_normal((n, 3))
+    y = RNG.integers(0, 3, n)
+    table(s, "mlp_rows", {"a": x[:, 0], "b": x[:, 1], "c": x[:, 2], "y": y})
+    model = ml.MLP(s, [3, 5, 3], dtype="float64", seed=4)
+    w = model.weights()
+    hist = ml.fit(model, "SELECT a, b, c, y FROM mlp_rows", label="y", epochs=5, batch_size=n,
+                  optimizer=ml.SGD(0.5), progress=False)  # fmt: skip
+    W0, b0, W1, b1 = w["W0"], w["b0"], w["W1"], w["b1"]
+    onehot = np.eye(3)[y]
+    losses = []
+    for _ in range(5):
+        h_pre = x @ W0 + b0
+        h = np.maximum(h_pre, 0)
+        z = h @ W1 + b1
+        p = np.exp(z - z.max(1, keepdims=True))
+        p /= p.sum(1, keepdims=True)
+        losses.append(-(onehot * np.log(p)).sum() / n)
+        dz = (p - onehot) / n
+        dW1, db1 = h.T @ dz, dz.sum(0)
+        dh = dz @ W1.T * (h_pre > 0)
+        dW0, db0 = x.T @ dh, dh.sum(0)
+        W0, b0, W1, b1 = W0 - 0.5 * dW0, b0 - 0.5 * db0, W1 - 0.5 * dW1, b1 - 0.5 * db1
+    np.testing.assert_allclose(hist.losses, losses, rtol=1e-10)
+    got = model.weights()
+    for k, want in (("W0", W0), ("b0", b0), ("W1", W1), ("b1", b1)):
+        np.testing.assert_allclose(got[k], want, rtol=1e-9, atol=1e-12)
+
+
+def test_a_stopped_run_resumes_from_its_checkpoint(s, separable):
+    feats = ["f0", "f1", "f2", "f3"]
+
+    def run(checkpoint, epochs, stop_at=None):
+        model = ml.SoftmaxRegression(s, 4, 2, dtype="float64", seed=1)
+        opt = ml.Adam(0.05)
+        if stop_at is not None:
+            real, calls = opt.step, []
+
+            def step(params, grads):
+                calls.append(1)
+                if len(calls) == stop_at:
+                    raise KeyboardInterrupt
+                return real(params, grads)
+
+            opt.step = step
+        return model, ml.fit(model, "points", feats, "label", epochs=epochs, batch_size=500, optimizer=opt,
+                             checkpoint=checkpoint, progress=False)  # fmt: skip
+
+    whole, hist = run("ck_whole", 3)
+    with pytest.raises(KeyboardInterrupt):
+        run("ck_stopped", 3, stop_at=7)  # 3 batches an epoch: stopped in the third epoch
+    resumed, again = run("ck_stopped", 3)
+    assert again.resumed_after == 2 and again.ran == 1 and len(again.losses) == 3
+    np.testing.assert_allclose(again.losses, hist.losses, rtol=1e-12)
+    for k in ("W", "b"):
+        np.testing.assert_allclose(resumed.weights()[k], whole.weights()[k], rtol=1e-12)
+    assert not any(t.startswith("ck_stopped__e1__") for t in s.tables())  # the older epoch was dropped
+
+
+def test_save_and_load(s, separable):
+    x, _ = separable
+    model = ml.MLP(s, [4, 3, 2], activation="tanh", dtype="float64", seed=2)
+    model.save("saved_mlp")
+    back = ml.load(s, "saved_mlp")
+    assert isinstance(back, ml.MLP) and back.activation == "tanh"
+    np.testing.assert_allclose(back.predict(x).numpy(), model.predict(x).numpy(), rtol=1e-12)
+    with pytest.raises(ts.TableNotFoundError, match="no saved model 'nope'"):
+        ml.load(s, "nope")
+
+
+def test_fit_errors(s, separable):
+    table(s, "words", {"f0": [1.0, 2.0], "name": ["a", "b"], "label": [0, 1]})
+    table(s, "holes", {"f0": [1.0, None], "label": [0, 1]})
+    model = ml.LogisticRegression(s, 1, dtype="float64")
+    with pytest.raises(ts.ConfigError, match=r"no label column 'y' in the source"):
+        ml.fit(model, "points", ["f0"], "y", progress=False)
+    with pytest.raises(ts.ConfigError, match=r"no feature column 'f9'"):
+        ml.fit(model, "points", ["f9"], "label", progress=False)
+    with pytest.raises(ts.DTypeError, match="name"):
+        ml.fit(model, "words", ["name"], "label", progress=False)
+    with pytest.raises(ts.ConfigError, match=r"column 'f0' has NULLs"):
+        ml.fit(model, "holes", ["f0"], "label", progress=False)
+    with pytest.raises(ts.ConfigError, match="4 feature columns for a model of 1 features"):
+        ml.fit(model, "points", ["f0", "f1", "f2", "f3"], "label", progress=False)
+    with pytest.raises(ts.ConfigError, match="epochs must be a positive int"):
+        ml.fit(model, "points", ["f0"], "label", epochs=0)
+    softmax = ml.SoftmaxRegression(s, 1, 2)
+    with pytest.raises(ts.ConfigError, match=r"labels must be class ids 0\.\.1"):
+        ml.fit(softmax, "SELECT f0, CAST(round(f1 * 10) AS INTEGER) AS label FROM points", label="label",
+               progress=False)  # fmt: skip
+    with pytest.raises(ts.ConfigError, match=r"labels must be class ids \(integers\)"):
+        ml.fit(softmax, "SELECT f0, f1 AS label FROM points", label="label", progress=False)
