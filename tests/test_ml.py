@@ -223,3 +223,35 @@ def test_fit_errors(s, separable):
                progress=False)  # fmt: skip
     with pytest.raises(ts.ConfigError, match=r"labels must be class ids \(integers\)"):
         ml.fit(softmax, "SELECT f0, f1 AS label FROM points", label="label", progress=False)
+
+
+def test_scoring_in_sql_equals_the_model(s, separable):
+    """A saved model scores new rows with one statement (``predict`` in ``s.sql``), INSERT ... SELECT too."""
+    x, _ = separable
+    ids = np.arange(len(x))[::-1] * 7 + 1000
+    table(s, "new_rows", {"id": ids, **{f"f{i}": x[:, i] for i in range(4)}})
+    logistic = ml.LogisticRegression(s, 4, dtype="float64")
+    logistic.set_params([s.from_numpy(np.array([1.0, -2.0, 0.5, 0.25])), s.from_numpy(np.array(0.1))])
+    logistic.save("scorer")
+    got = s.sql("SELECT * FROM predict('scorer', (SELECT id, f0, f1, f2, f3 FROM new_rows), key => 'id')")
+    want = dict(zip(ids.tolist(), logistic.predict(x).numpy().tolist(), strict=True))
+    rows = got.fetchall()
+    assert len(rows) == len(x)
+    for key, p in rows:
+        assert abs(p - want[key]) <= 1e-12
+    mlp = ml.MLP(s, [4, 3, 2], dtype="float64", seed=5)
+    mlp.save("scorer_mlp")
+    s.execute("CREATE OR REPLACE TABLE predictions (id BIGINT, class BIGINT, prediction DOUBLE)")
+    s.sql("INSERT INTO predictions SELECT * FROM predict('scorer_mlp', (FROM new_rows), key => 'id')")
+    probs = mlp.predict(x).numpy()
+    stored = s.execute("SELECT id, class, prediction FROM predictions")
+    assert len(stored) == probs.size
+    where = {k: i for i, k in enumerate(ids.tolist())}
+    for key, cls, p in stored:
+        assert abs(p - probs[where[key], cls]) <= 1e-12
+    with pytest.raises(ts.TableNotFoundError, match=r"predict\('nope'.*no saved model 'nope'"):
+        s.sql("SELECT * FROM predict('nope', (SELECT * FROM new_rows), key => 'id')")
+    with pytest.raises(ts.SQLFrontendError, match=r"gives 2 feature columns .* takes 4"):
+        s.sql("SELECT * FROM predict('scorer', (SELECT id, f0, f1 FROM new_rows), key => 'id')")
+    with pytest.raises(ts.SQLFrontendError, match="predict takes"):
+        s.sql("SELECT * FROM predict('scorer', (SELECT * FROM new_rows))")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 #: the table functions that return a tensor (block rows k0.., tensor) and may nest
 TENSOR_FUNCTIONS = ("einsum", "tensor_map", "softmax", "tensor_from_cells")
 #: every table function this front end rewrites
-FUNCTIONS = (*TENSOR_FUNCTIONS, "tensor_cells")
+FUNCTIONS = (*TENSOR_FUNCTIONS, "tensor_cells", "predict")
 
 
 @dataclass
@@ -74,7 +74,15 @@ def parse(text: str) -> exp.Expression:
         raise SQLSyntaxError(f"SQL syntax error: {exc}") from exc
     if len(statements) != 1:
         raise SQLFrontendError(f"sql runs one statement at a time; this text has {len(statements)}")
-    return statements[0]
+    return statements[0].transform(_plain_predict)
+
+
+def _plain_predict(node: exp.Expression) -> exp.Expression:
+    """sqlglot reads ``predict(...)`` as BigQuery's ML.PREDICT; here it is our table function, a call."""
+    if not isinstance(node, exp.Predict):
+        return node
+    args = [node.args[k] for k in ("this", "expression", "params_struct") if node.args.get(k) is not None]
+    return exp.Anonymous(this="predict", expressions=args)
 
 
 def _explained(text: str) -> str | None:
@@ -304,6 +312,8 @@ class _Rewriter:
             alias = parent.args.get("alias") or exp.TableAlias(this=exp.to_identifier(node.name.lower()))
             if node.name.lower() == "tensor_cells":
                 query = self.cells(node)
+            elif node.name.lower() == "predict":
+                query = self.predict(node)
             else:
                 rel = self.relation(node)
                 self.calls.append((_where(node), rel))
@@ -341,6 +351,63 @@ class _Rewriter:
             return cells_query(self.query(rel), rel.shape, rel.plan().block_shape(), rel.node.dtype, skip)
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
+
+
+    def predict(self, call: exp.Anonymous) -> exp.Query:
+        """``predict('model', (SELECT key, features...), key => 'key')``: rows ``(key, value)`` of a saved
+        model's predictions (``(key, class, value)`` for a model with several outputs), the features made
+        into a matrix inside DuckDB (``from_table``, rows in key order) and the model run as one plan."""
+        from tensorsql.ml import models
+
+        pos, kw = self.arguments(call, ("key",))
+        if len(pos) != 2 or "key" not in kw or not isinstance(pos[1], exp.Subquery):
+            raise SQLFrontendError(
+                f"{_where(call)}: predict takes ('model name', (SELECT key, features ... FROM ...), "
+                "key => 'key column')"
+            )
+        name = _string(pos[0], call, "the model name")
+        key = _string(kw["key"], call, "key")
+        try:
+            model = models.load(self.s, name)
+        except TensorSQLError as exc:
+            raise type(exc)(f"{_where(call)}: {exc}") from exc
+        inner = self.rewrite(pos[1].this.copy())
+        text = inner.sql(dialect="duckdb", normalize_functions=False)
+        if self.explain:  # EXPLAIN reads no rows: the features are not gathered
+            self.unbound = True
+            return exp.select(exp.Null())
+        try:
+            x = self.s.from_table(text, rows_by=key, dtype=model.dtype)
+        except TensorSQLError as exc:
+            raise type(exc)(f"{_where(call)}: {exc}") from exc
+        self.made.append(x)
+        self.temps = True
+        if x.shape[1] != model.n_features:
+            raise SQLFrontendError(
+                f"{_where(call)}: the query gives {x.shape[1]} feature columns (besides {key!r}); model "
+                f"{name!r} takes {model.n_features}"
+            )
+        out = model.predict(x)
+        self.calls.append((_where(call), out))
+        cells = cells_query(self.query(out), out.shape, out.plan().block_shape(), out.node.dtype, False)
+        window = exp.Window(
+            this=exp.Anonymous(this="row_number", expressions=[]),
+            order=exp.Order(expressions=[exp.Ordered(this=exp.column(key, quoted=True))]),
+        )
+        keys = exp.select(
+            exp.column(key, quoted=True),
+            exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), "_ts_pos", quoted=True),
+        ).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_ts_rows"))))
+        cols = [exp.column(key, table="k", quoted=True)]
+        if out.ndim == 2:
+            cols.append(exp.alias_(exp.column("i1", table="c", quoted=True), "class", quoted=True))
+        cols.append(exp.alias_(exp.column("value", table="c", quoted=True), "prediction", quoted=True))
+        on = exp.column("i0", table="c", quoted=True).eq(exp.column("_ts_pos", table="k", quoted=True))
+        return (
+            exp.select(*cols)
+            .from_(exp.Subquery(this=keys, alias=exp.TableAlias(this=exp.to_identifier("k"))))
+            .join(exp.Subquery(this=cells, alias=exp.TableAlias(this=exp.to_identifier("c"))), on=on)
+        )
 
 
 def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
