@@ -170,7 +170,7 @@ def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[i
             span = range(*k.indices(n))
             start.append(span.start if len(span) else 0)
             count.append(len(span))
-            step.append(span.step)
+            step.append(span.step if len(span) > 1 else 1)  # one element: any step reads it (even 2**63)
             keep.append(True)
         else:
             i = int(k)

@@ -20,3 +20,28 @@ JOIN_REF = {
     },
 }
 AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "biu":  # numpy's float result dtype for x first (-x of an unsigned int wraps)
+        x = x.astype(np.exp(x[:0]).dtype)
+    e = np.exp(-np.abs(x))  # never overflows
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+#: numpy's form of each map (the param as a Python int when integral: ops.map_param)
+MAP_REF = {
+    "exp": lambda x, p: np.exp(x),
+    "log": lambda x, p: np.log(x),
+    "sqrt": lambda x, p: np.sqrt(x),
+    "relu": lambda x, p: np.maximum(x, 0),
+    "neg": lambda x, p: np.negative(x),
+    "abs": lambda x, p: np.abs(x),
+    "pow": lambda x, p: np.power(x, p),
+    "scale": lambda x, p: np.multiply(x, p),
+    "square": lambda x, p: np.multiply(x, x),
+    "reciprocal": lambda x, p: np.true_divide(1, x),
+    "sigmoid": lambda x, p: _sigmoid(x),
+    "tanh": lambda x, p: np.tanh(x),
+    "softplus": lambda x, p: np.logaddexp(0, x),
+}

@@ -12,7 +12,7 @@ import math
 import duckdb
 import numpy as np
 import pytest
-from numpy_ref import AGG_REF, JOIN_REF
+from numpy_ref import AGG_REF, JOIN_REF, MAP_REF
 from tolerance import assert_close, elementwise_tolerance, eps
 
 import tensorsql as ts
@@ -31,19 +31,6 @@ def _agg(agg: str, a: np.ndarray, axis=None) -> np.ndarray:
     """numpy's reduction in the dtype of its terms, as einsum computes (np.sum of int8 would give int64)."""
     kw = {"dtype": a.dtype} if agg in ("sum", "prod") else {}
     return AGG_REF[agg](a, axis=axis, **kw)
-#: numpy's form of each map (the param as a Python int when integral: ops.map_param)
-MAP_REF = {
-    "exp": lambda x, p: np.exp(x),
-    "log": lambda x, p: np.log(x),
-    "sqrt": lambda x, p: np.sqrt(x),
-    "relu": lambda x, p: np.maximum(x, 0),
-    "neg": lambda x, p: np.negative(x),
-    "abs": lambda x, p: np.abs(x),
-    "pow": lambda x, p: np.power(x, p),
-    "scale": lambda x, p: np.multiply(x, p),
-    "square": lambda x, p: np.multiply(x, x),
-    "reciprocal": lambda x, p: np.true_divide(1, x),
-}
 MAP_PARAMS = {"pow": 3, "scale": 3}
 
 

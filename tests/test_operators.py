@@ -242,7 +242,7 @@ def test_a_slice_is_a_step_of_the_plan_not_a_read(s):
     assert "tensor_slice_strided" in sql and "BETWEEN 0 AND 1" in sql  # rows 1 and 3: row blocks 0..1 only
     assert set(s.tables()) == before  # nothing stored on the way
     np.testing.assert_array_equal(part.numpy(), 3 * x[1:5:2, ::-3])
-    # sliced twice from one result: that result is computed once, whole, for both
+    # sliced twice from one result: the blocks both need are computed once, for both
     prod = A * 2
     np.testing.assert_array_equal((prod[1:3] + prod[3:5]).numpy(), 2 * x[1:3] + 2 * x[3:5])
     # a slice read in the blocks its consumer wants: cut to them directly, no repartition step
@@ -268,6 +268,13 @@ def test_a_slice_reads_only_the_blocks_that_hold_it(tmp_path):
         np.testing.assert_array_equal(s.table("sliced")[1:3, ::2].numpy(), x[1:3, ::2])
         np.testing.assert_array_equal((s.table("sliced") * 2)[:4].numpy(), 2 * x[:4])
         np.testing.assert_array_equal(s.table("sliced").head(3), x[:3])
+        # several slices of one lazy result: the blocks between their first and last rows, once
+        twice = s.table("sliced") * 2
+        np.testing.assert_array_equal((twice[0:1] + twice[3:4]).numpy(), 2 * (x[0:1] + x[3:4]))
+        # a step of any size reads its one element; numpy accepts steps beyond int64
+        one = s.table("sliced")
+        np.testing.assert_array_equal(one[::2**63, 1].numpy(), x[::2**63, 1])
+        np.testing.assert_array_equal(one[3::-(10**20)].numpy(), x[3::-(10**20)])
 
 
 @pytest.mark.parametrize(

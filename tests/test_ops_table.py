@@ -12,6 +12,7 @@ import re
 import duckdb
 import numpy as np
 import pytest
+from numpy_ref import MAP_REF
 
 import planner
 import tensorsql as ts
@@ -38,21 +39,6 @@ JOIN_REF = {
     },
 }
 AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
-MAP_REF = {
-    "exp": lambda x, p: np.exp(x),
-    "log": lambda x, p: np.log(x),
-    "sqrt": lambda x, p: np.sqrt(x),
-    "relu": lambda x, p: np.maximum(x, 0),
-    "neg": lambda x, p: -x,
-    "abs": lambda x, p: np.abs(x),
-    "pow": lambda x, p: x**p,
-    "scale": lambda x, p: x * p,
-    "square": lambda x, p: x * x,
-    "reciprocal": lambda x, p: 1 / x,
-    "sigmoid": lambda x, p: 1 / (1 + np.exp(-x)),
-    "tanh": lambda x, p: np.tanh(x),
-    "softplus": lambda x, p: np.log1p(np.exp(x)),
-}
 PARAMS = {"exponent": 3.0, "factor": 2.0}
 
 DTYPES = list(udf_sink.DTYPES)  # the kernels' dtypes

@@ -65,10 +65,28 @@ def lower(root: E.Node, part: Partitioning, operands: tuple[E.Operand, ...] = ()
                 if fused is not None:
                     memo[node] = fused
                 elif isinstance(node, E.Slice):
-                    memo[node] = _slice(node, part, go(node.input), len(users.get(node.input, [])) == 1)
+                    memo[node] = _slice(node, part, sliced(node.input))
                 else:
                     memo[node] = _lower(node, part, go, reblock)
         return memo[node]
+
+    restricted: dict[E.Node, T.Rel] = {}
+
+    def sliced(node: E.Node) -> T.Rel:
+        """What slices read of ``node``: where slices are its only consumers, its plan restricted to the
+        blocks between the first and the last any of them holds (computed once, for all of them)."""
+        mine = users.get(node, [])
+        if node is root or not all(isinstance(u, E.Slice) for u in mine):
+            return go(node)
+        if node not in restricted:
+            child = go(node)
+            ranges = {}
+            for d, k in enumerate(child.schema.keys):
+                bs = child.schema.blocks[k]
+                spans = [_span(u, d) for u in mine]  # type: ignore[arg-type]
+                ranges[k] = (min(lo for lo, _ in spans) // bs, max(hi for _, hi in spans) // bs)
+            restricted[node] = waves.restrict(child, ranges)
+        return restricted[node]
 
     def reblock(
         rel: T.Rel, block_shape: tuple[int, ...], diagonal: tuple[tuple[int, ...], ...] = ()
@@ -105,18 +123,16 @@ def _diagonal(labels: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(p) for p in at.values() if len(p) > 1)
 
 
-def _slice(node: E.Slice, part: Partitioning, child: T.Rel, only_user: bool) -> T.Slice:
-    """A slice over its input's plan; where the slice is the input's only consumer, that plan computes (or
-    reads) only the blocks holding the slice's elements (``waves.restrict``)."""
+def _slice(node: E.Slice, part: Partitioning, child: T.Rel) -> T.Slice:
     schema = T.positional(node.shape, part.block_shapes[node], node.dtype)
-    rel = T.Slice(schema, child, node.start, node.count, node.step, node.keep)
-    if not only_user:
-        return rel
-    ranges = {}
-    for d, k in enumerate(child.schema.keys):
-        blocks = [p[0] for p in rel.pieces(d)]
-        ranges[k] = (blocks[0], blocks[-1])
-    return T.Slice(schema, waves.restrict(child, ranges), node.start, node.count, node.step, node.keep)
+    return T.Slice(schema, child, node.start, node.count, node.step, node.keep)
+
+
+def _span(node: E.Slice, d: int) -> tuple[int, int]:
+    """The first and last element a slice reads along input dimension ``d``."""
+    first = node.start[d]
+    last = first + node.step[d] * (node.count[d] - 1)
+    return min(first, last), max(first, last)
 
 
 def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:

@@ -109,6 +109,8 @@ _INF = math.inf
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
+    if x.dtype.kind in "biu":  # numpy's float result dtype for x first (-x of an unsigned int wraps)
+        x = x.astype(np.exp(x[:0]).dtype)
     e = np.exp(-np.abs(x))  # never overflows
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 

@@ -181,12 +181,15 @@ void tensor_slice_strided(duckdb_function_info info, duckdb_data_chunk input, du
 						pos += start[k] * strides[k];
 					}
 					idx.assign(r, 0);
-					const int64_t inner_step = step[r - 1] * strides[r - 1];
+					const int64_t inner_step = count[r - 1] > 1 ? step[r - 1] * strides[r - 1] : 0;
 					const int64_t inner = count[r - 1];
 					unsigned char *out = z;
 					// the next output row's position: the odometer over the outer dimensions (false when done)
 					auto advance = [&]() {
 						for (size_t k = r - 1; k-- > 0;) {
+							if (count[k] == 1) {
+								continue; // never advances (and its step may be any int64: no product formed)
+							}
 							pos += step[k] * strides[k];
 							if (++idx[k] < count[k]) {
 								return true;

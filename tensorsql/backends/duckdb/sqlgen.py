@@ -746,9 +746,14 @@ class _Builder:
         keys: dict[str, exp.Expression] = {}
         start, count, step, piece, offset, out = [], [], [], [], [], []
         whole = True
+        # a restricted child (a wave, or the blocks the slice holds) lists only its blocks' pieces
+        kept_blocks = {}
+        if isinstance(rel.child, T.Restrict):
+            kept_blocks = {k: (lo, hi) for k, lo, hi in rel.child.ranges}
         for d, lab in enumerate(src.keys):
             ck = sc.cols[lab]
-            pieces = rel.pieces(d)
+            lo, hi = kept_blocks.get(lab, (0, src.nblocks(lab) - 1))
+            pieces = [p for p in rel.pieces(d) if lo <= p[0] <= hi] or [(-1, 0, 0, 0, 0)]  # -1: no block
             kept = dst.keys[rel.out_dim(d)] if rel.keep[d] else None
             if (
                 kept is not None
