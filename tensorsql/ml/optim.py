@@ -99,13 +99,15 @@ class Adam(Optimizer):
 
     state_names = ("m", "v")
     decoupled = False
+    #: the weight decay when none is given
+    default_decay = 0.0
 
     def __init__(
         self,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
-        weight_decay: float = 0.0,
+        weight_decay: float | None = None,
     ) -> None:
         super().__init__(lr)
         if not isinstance(betas, tuple | list) or len(betas) != 2:
@@ -116,7 +118,8 @@ class Adam(Optimizer):
         if self.beta1 == 1.0 or self.beta2 == 1.0:
             raise ConfigError(f"{name}: betas must be below 1, got {betas!r}")
         self.eps = _number(eps, f"{name}: eps", closed=False)
-        self.weight_decay = _number(weight_decay, f"{name}: weight_decay")
+        decay = self.default_decay if weight_decay is None else weight_decay
+        self.weight_decay = _number(decay, f"{name}: weight_decay")
 
     def update(self, p, g, state):  # type: ignore[no-untyped-def]
         if self.weight_decay and not self.decoupled:
@@ -137,15 +140,7 @@ class AdamW(Adam):
     Adam step, as torch's AdamW (default ``weight_decay`` 0.01)."""
 
     decoupled = True
-
-    def __init__(
-        self,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 0.01,
-    ) -> None:
-        super().__init__(lr, betas, eps, weight_decay)
+    default_decay = 0.01
 
 
 __all__ = ["SGD", "Adam", "AdamW", "Optimizer"]
