@@ -255,3 +255,64 @@ def test_scoring_in_sql_equals_the_model(s, separable):
         s.sql("SELECT * FROM predict('scorer', (SELECT id, f0, f1 FROM new_rows), key => 'id')")
     with pytest.raises(ts.SQLFrontendError, match="predict takes"):
         s.sql("SELECT * FROM predict('scorer', (SELECT * FROM new_rows))")
+
+
+def _block_reference(w, x, heads, causal=True):
+    """The LLaMA-shaped pre-norm block in numpy: RMSNorm, causal multi-head attention, ReLU MLP."""
+
+    def rms(v, g):
+        return v / np.sqrt((v * v).mean(1, keepdims=True) + 1e-6) * g
+
+    seq, d = x.shape
+    n = rms(x, w["g1"])
+    q, k, v = (np.einsum("sd,dhe->hse", n, w[name]) for name in ("Wq", "Wk", "Wv"))
+    scores = np.einsum("hse,hte->hst", q, k) / np.sqrt(d // heads)
+    if causal:
+        scores = scores + np.triu(np.full((seq, seq), -1e300), 1)
+    p = np.exp(scores - scores.max(2, keepdims=True))
+    p /= p.sum(2, keepdims=True)
+    h = np.einsum("hse,hed->sd", np.einsum("hst,hte->hse", p, v), w["Wo"]) + x
+    m = rms(h, w["g2"])
+    return np.maximum(m @ w["W1"] + w["b1"], 0) @ w["W2"] + w["b2"] + h
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_transformer_block_forward_and_gradients(s, causal):
+    """Forward against numpy; every weight's gradient against central differences of the numpy loss."""
+    seq, d, heads, hidden = 5, 8, 2, 12
+    block = ml.TransformerBlock(s, d, heads, hidden, causal=causal, dtype="float64", seed=3)
+    x, y = RNG.standard_normal((seq, d)), RNG.standard_normal((seq, d))
+    w = block.weights()
+    want = _block_reference(w, x, heads, causal)
+    np.testing.assert_allclose(block.forward(x).numpy(), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    grads = ts.grad(block.loss(block.forward(x), y), [block.params[k] for k in block.names])
+
+    def loss(weights):
+        return ((_block_reference(weights, x, heads, causal) - y) ** 2).mean()
+
+    value = loss(w)
+    for name, g in zip(block.names, grads, strict=True):
+        got = g.numpy()
+        for idx in list(np.ndindex(w[name].shape))[:: max(1, w[name].size // 6)]:
+            bump = np.zeros_like(w[name])
+            bump[idx] = 1e-6
+            num = (loss({**w, name: w[name] + bump}) - loss({**w, name: w[name] - bump})) / 2e-6
+            assert abs(got[idx] - num) <= 1e-6 * max(1.0, value, abs(num)), (name, idx, got[idx], num)
+
+
+def test_transformer_block_trains_and_saves(s):
+    block = ml.TransformerBlock(s, 8, 2, 16, dtype="float64", seed=4)
+    x, y = RNG.standard_normal((6, 8)), RNG.standard_normal((6, 8))
+    opt = ml.Adam(0.01)
+    first = float(block.loss(block.forward(x), y).numpy())
+    for _ in range(5):
+        loss = block.loss(block.forward(x), y)
+        grads = ts.grad(loss, [block.params[k] for k in block.names])
+        block.set_params(opt.step([block.params[k] for k in block.names], grads))
+    assert float(block.loss(block.forward(x), y).numpy()) < first
+    block.save("block")
+    back = ml.load(s, "block")
+    assert isinstance(back, ml.TransformerBlock) and back.heads == 2
+    np.testing.assert_allclose(back.forward(x).numpy(), block.forward(x).numpy(), rtol=1e-12)
+    with pytest.raises(ts.ConfigError, match="model=8 is not a multiple of heads=3"):
+        ml.TransformerBlock(s, 8, 3, 16)

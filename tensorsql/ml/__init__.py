@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 from tensorsql.ml.losses import binary_cross_entropy, mse, softmax_cross_entropy
-from tensorsql.ml.models import MLP, LinearRegression, LogisticRegression, Model, SoftmaxRegression, load
+from tensorsql.ml.models import (
+    MLP,
+    LinearRegression,
+    LogisticRegression,
+    Model,
+    SoftmaxRegression,
+    TransformerBlock,
+    load,
+)
 from tensorsql.ml.optim import SGD, Adam, AdamW, Optimizer
 from tensorsql.ml.train import History, fit
 
@@ -18,6 +26,7 @@ __all__ = [
     "Model",
     "Optimizer",
     "SoftmaxRegression",
+    "TransformerBlock",
     "binary_cross_entropy",
     "fit",
     "load",

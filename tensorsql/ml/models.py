@@ -305,9 +305,12 @@ def load(session: Session, name: str) -> Model:
     cls = KINDS.get(kind)
     if cls is None:
         raise ConfigError(f"saved model {name!r} has an unknown kind {kind!r}")
-    if cls is MLP:
+    if cls is TransformerBlock:
+        heads, hidden, causal = cfg["heads"], cfg["hidden"], cfg["causal"]
+        model: Model = TransformerBlock(session, cfg["model"], heads, hidden, causal=causal, dtype=dtype)
+    elif cls is MLP:
         act, task = cfg["activation"], cfg["task"]
-        model: Model = MLP(session, cfg["layers"], activation=act, task=task, dtype=dtype)
+        model = MLP(session, cfg["layers"], activation=act, task=task, dtype=dtype)
     elif cls is SoftmaxRegression:
         model = SoftmaxRegression(session, cfg["n_features"], cfg["n_classes"], dtype=dtype)
     else:
@@ -316,4 +319,114 @@ def load(session: Session, name: str) -> Model:
     return model
 
 
-__all__ = ["MLP", "LinearRegression", "LogisticRegression", "Model", "SoftmaxRegression", "load"]
+
+
+class TransformerBlock(Model):
+    """One pre-norm transformer block of the LLaMA shape, on a sequence ``X`` (seq, model): ``H = X +
+    Attention(RMSNorm(X))``, ``Y = H + MLP(RMSNorm(H))``. Attention has ``heads`` heads of ``model // heads``
+    (softmax over the keys, ``causal`` masks the future); the MLP is ``relu(N W1 + b1) W2 + b2``. Every step
+    is an EinSum or a map, so ``ts.grad`` differentiates it and EinDecomp plans it. ``loss`` is the mean
+    squared error against a target sequence (a stand-in for a language model's head)."""
+
+    kind = "transformer_block"
+
+    def __init__(
+        self,
+        session: Session,
+        model: int,
+        heads: int,
+        hidden: int,
+        *,
+        causal: bool = True,
+        dtype: str = "float32",
+        seed: int = 0,
+    ) -> None:
+        super().__init__(session, dtype, seed)
+        self.model = _size(model, "TransformerBlock: model")
+        self.heads = _size(heads, "TransformerBlock: heads")
+        self.hidden = _size(hidden, "TransformerBlock: hidden")
+        if self.model % self.heads:
+            raise ConfigError(f"TransformerBlock: model={model} is not a multiple of heads={heads}")
+        if not isinstance(causal, bool):
+            raise ConfigError(f"TransformerBlock: causal must be a bool, got {causal!r}")
+        self.causal = causal
+        e = self.model // self.heads
+        shapes: dict[str, tuple[int, ...]] = {
+            "g1": (self.model,),
+            "Wq": (self.model, self.heads, e),
+            "Wk": (self.model, self.heads, e),
+            "Wv": (self.model, self.heads, e),
+            "Wo": (self.heads, e, self.model),
+            "g2": (self.model,),
+            "W1": (self.model, self.hidden),
+            "b1": (self.hidden,),
+            "W2": (self.hidden, self.model),
+            "b2": (self.model,),
+        }
+        self.names = tuple(shapes)
+        rng = np.random.default_rng(seed)
+        for name, shape in shapes.items():
+            if name.startswith("g"):
+                value = np.ones(shape)
+            elif name.startswith("b"):
+                value = np.zeros(shape)
+            else:
+                fan_in = shape[0] if name != "Wo" else self.model
+                value = rng.normal(0.0, 1.0 / np.sqrt(fan_in), shape)
+            self.params[name] = session.from_numpy(value.astype(dtype))
+
+    def config(self) -> dict[str, object]:
+        return {
+            "n_features": self.model,
+            "model": self.model,
+            "heads": self.heads,
+            "hidden": self.hidden,
+            "causal": self.causal,
+        }
+
+    def inputs(self, x: object) -> object:
+        return Model.inputs(self, x)
+
+    def rmsnorm(self, x: TensorRelation, g: TensorRelation, eps: float = 1e-6) -> TensorRelation:
+        s = self.session
+        mean_square = s.einsum("sd,sd->s", x, x) * (1.0 / self.model)
+        scale = s.map(mean_square + eps, "pow", -0.5)
+        return s.einsum("sd,s,d->sd", x, scale, g)
+
+    def forward(self, x: object) -> TensorRelation:
+        s, p = self.session, self.params
+        x = s.as_relation(self.inputs(x))
+        seq = x.shape[0]
+        n = self.rmsnorm(x, p["g1"])
+        q = s.einsum("sd,dhe->hse", n, p["Wq"])
+        k = s.einsum("sd,dhe->hse", n, p["Wk"])
+        v = s.einsum("sd,dhe->hse", n, p["Wv"])
+        e = self.model // self.heads
+        scores = s.einsum("hse,hte->hst", q, k) * (1.0 / np.sqrt(e))
+        if self.causal:  # -inf above the diagonal: those keys get no weight
+            mask = np.triu(np.full((seq, seq), -np.inf, dtype=self.dtype), 1)
+            mask[np.isinf(mask)] = np.finfo(self.dtype).min  # finite: the max-subtracted exp is exactly 0
+            scores = s.einsum("hst,st->hst", scores, mask, join="add")
+        weights = api.softmax(scores, over=2)
+        attended = s.einsum("hst,hte->hse", weights, v)
+        h = s.einsum("hse,hed->sd", attended, p["Wo"]) + x
+        m = self.rmsnorm(h, p["g2"])
+        up = s.map(s.einsum("sd,df->sf", m, p["W1"]) + p["b1"], "relu")
+        return s.einsum("sf,fd->sd", up, p["W2"]) + p["b2"] + h  # type: ignore[return-value]
+
+    def loss(self, out: TensorRelation, y: object) -> TensorRelation:
+        return losses.mse(out, y)
+
+
+KINDS[TransformerBlock.kind] = TransformerBlock
+
+
+__all__ = [
+    "MLP",
+    "LinearRegression",
+    "LogisticRegression",
+    "Model",
+    "SoftmaxRegression",
+    "TransformerBlock",
+    "load",
+]
