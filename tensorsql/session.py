@@ -394,6 +394,39 @@ class Session:
             raise ShapeError(f"{what}: the relation is another session's; save it and open it with table()")
         return rel
 
+    def compute(self, rels: Sequence[TensorRelation], *, store: bool = False) -> list:
+        """Several relations of one graph together: every step two or more of them use (or that one uses
+        twice) is computed once and stored, and each relation then reads it (a forward pass shared by a loss
+        and its gradients). Returns arrays, or with ``store=True`` stored relations."""
+        self.require_open("compute")
+        if isinstance(rels, TensorRelation) or not isinstance(rels, Sequence):
+            raise ShapeError("compute takes a list of relations")
+        rels = [self._own(r, "compute") for r in rels]
+        bindings: dict[E.Operand, np.ndarray] = {}
+        for r in rels:
+            bindings.update(r.bindings)
+        uses: dict[E.Node, int] = {}
+        order: list[E.Node] = []
+        seen: set[E.Node] = set()
+        for r in rels:
+            uses[r.node] = uses.get(r.node, 0) + 1
+            for node in E.topological(r.node):
+                if node not in seen:
+                    seen.add(node)
+                    order.append(node)
+                    for child in E.children(node):
+                        uses[child] = uses.get(child, 0) + 1
+        done: dict[E.Node, E.Node] = {}
+        for node in order:  # inputs before consumers: a shared step reads the shared steps below it
+            if uses.get(node, 0) >= 2 and E.children(node):
+                rel = TensorRelation(self, E.substitute(node, done), bindings)
+                done[node] = self.materialize(rel).node
+        out = []
+        for r in rels:
+            rel = TensorRelation(self, E.substitute(r.node, done), bindings, r.options)
+            out.append(self.materialize(rel) if store else rel.numpy())
+        return out
+
     def materialize(self, rel: TensorRelation) -> TensorRelation:
         self.require_open("materialize")
         rel = self._own(rel, "materialize")

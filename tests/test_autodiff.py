@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import tensorsql as ts
+from tensorsql.ir import expr as E
 
 EPS = 1e-6
 
@@ -234,3 +235,25 @@ def test_errors(s):
         with pytest.raises(ts.GradError, match="belongs to another session"):
             ts.grad(X.sum(), [Z])
     assert issubclass(ts.GradError, ValueError) and issubclass(ts.GradError, ts.TensorSQLError)
+
+
+def test_compute_runs_the_shared_forward_pass_once(s, monkeypatch):
+    """``Session.compute([loss, *grads])``: the steps the loss and its gradients share are stored once and
+    read by all; the values equal each relation computed on its own."""
+    x, w, y = r(6, 4), r(4, 3), r(6, 3)
+    X, W, Y = s.from_numpy(x), s.from_numpy(w), s.from_numpy(y)
+    product = X @ W
+    loss = ((ts.tanh(product) - Y) ** 2).sum()
+    grads = ts.grad(loss, [W, X])
+    alone = [rel.numpy() for rel in (loss, *grads)]
+    stored = []
+    real = s.materialize
+    monkeypatch.setattr(s, "materialize", lambda rel: stored.append(rel.node) or real(rel))
+    together = s.compute([loss, *grads])
+    for got, want in zip(together, alone, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+    # the product X @ W is computed in exactly one statement: the stored step above it
+    computed_in = [n for n in stored if any(m is product.node for m in E.topological(n))]
+    assert len(computed_in) == 1
+    with pytest.raises(ts.ShapeError, match="compute takes a list of relations"):
+        s.compute(loss)

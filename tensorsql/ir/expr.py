@@ -6,7 +6,7 @@ tables key on the nodes themselves (which keeps them alive; ``id()`` would not).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, eq=False)
@@ -105,3 +105,24 @@ def topological(root: Node) -> list[Node]:
         stack.append((node, True))
         stack.extend((c, False) for c in reversed(children(node)) if c not in seen)
     return order
+
+
+def with_children(node: Node, new: tuple[Node, ...]) -> Node:
+    """``node`` over ``new`` children (in ``children`` order); ``node`` itself when they are the same."""
+    old = children(node)
+    if len(new) != len(old):
+        raise TypeError(f"{type(node).__name__} takes {len(old)} children, got {len(new)}")
+    if all(a is b for a, b in zip(old, new, strict=True)):
+        return node
+    if isinstance(node, EinSum):
+        return replace(node, inputs=tuple(new))
+    return replace(node, input=new[0])  # Map, Cast, Reblock, Slice: one input
+
+
+def substitute(root: Node, done: dict[Node, Node]) -> Node:
+    """``root`` with every node of ``done`` replaced by its value there (the graph above rebuilt)."""
+    memo: dict[Node, Node] = dict(done)
+    for node in topological(root):
+        if node not in memo:
+            memo[node] = with_children(node, tuple(memo[c] for c in children(node)))
+    return memo[root]

@@ -117,11 +117,12 @@ def fit(
             try:
                 for b in range(batches):
                     x, y = _batch(local, table, feats, label, b * batch_size, (b + 1) * batch_size, model)
+                    params = [model.params[k] for k in model.names]
                     loss = model.loss(model.forward(x), model.targets(y))
-                    names_ = list(model.names)
-                    grads = grad(loss, [model.params[k] for k in names_])
-                    total += float(loss.numpy()) * len(y)
-                    model.set_params(optimizer.step([model.params[k] for k in names_], grads))
+                    # the loss and every gradient together: the forward pass they share runs once
+                    value, *grads = s.compute([loss, *grad(loss, params)], store=True)
+                    total += float(value.numpy()) * len(y)
+                    model.set_params(optimizer.step(params, grads))
                     bar.advance(f"epoch {epoch + 1}/{epochs}")
             finally:
                 drop = exp.Drop(tables=[exp.Table(this=_ident(table))], kind="TABLE", exists=True)
