@@ -15,3 +15,10 @@ def test_every_benchmark_section_runs_at_quick_sizes():
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
     assert "total " in out.stdout, out.stdout[-3000:]
+
+
+def test_the_ml_benchmark_runs_at_quick_sizes():
+    cmd = [sys.executable, "-m", "benchmarks.ml", "--quick", "--repeat", "1"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
+    assert "FFNN training step" in out.stdout, out.stdout[-3000:]
