@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 import tensorsql as ts
+from benchmarks.sql import _best
 from tensorsql import ml
 
 FEATURES = 100
@@ -146,15 +147,7 @@ def ffnn_step(s: ts.Session, batch: int, layers: list[int], repeat: int) -> None
             ws[2 * i] -= 0.01 * gw
             ws[2 * i + 1] -= 0.01 * gb
 
-    best = {}
-    for name, fn in (("tensorsql", tensorsql_step), ("numpy", numpy_step)):
-        fn()
-        times = []
-        for _ in range(repeat):
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        best[name] = min(times)
+    best = _best({"tensorsql": tensorsql_step, "numpy": numpy_step}, repeat)
     shape = "-".join(map(str, layers))
     print(f"\nFFNN training step (batch {batch}, {shape}, SGD): tensorsql {best['tensorsql']:.3f} s, numpy "
           f"by hand {best['numpy']:.3f} s, ratio {best['tensorsql'] / best['numpy']:.2f}")  # fmt: skip
