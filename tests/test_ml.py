@@ -10,6 +10,7 @@ from test_autodiff import check
 
 import tensorsql as ts
 from tensorsql import ml
+from tensorsql.ml import train
 
 
 @pytest.fixture(scope="module")
@@ -160,24 +161,28 @@ def test_mlp_full_batch_steps_match_numpy_by_hand(s):
         np.testing.assert_allclose(got[k], want, rtol=1e-9, atol=1e-12)
 
 
-def test_a_stopped_run_resumes_from_its_checkpoint(s, separable):
+def test_a_stopped_run_resumes_from_its_checkpoint(s, separable, monkeypatch):
     feats = ["f0", "f1", "f2", "f3"]
 
     def run(checkpoint, epochs, stop_at=None):
         model = ml.SoftmaxRegression(s, 4, 2, dtype="float64", seed=1)
         opt = ml.Adam(0.05)
-        if stop_at is not None:
-            real, calls = opt.step, []
+        if stop_at is not None:  # Ctrl-C in the middle of a step
+            real, calls = train._Stepper.step, []
 
-            def step(params, grads):
+            def step(self, x, y):
                 calls.append(1)
                 if len(calls) == stop_at:
                     raise KeyboardInterrupt
-                return real(params, grads)
+                return real(self, x, y)
 
-            opt.step = step
-        return model, ml.fit(model, "points", feats, "label", epochs=epochs, batch_size=500, optimizer=opt,
-                             checkpoint=checkpoint, progress=False)  # fmt: skip
+            monkeypatch.setattr(train._Stepper, "step", step)
+        try:
+            hist = ml.fit(model, "points", feats, "label", epochs=epochs, batch_size=500, optimizer=opt,
+                          checkpoint=checkpoint, progress=False)  # fmt: skip
+            return model, hist
+        finally:
+            monkeypatch.undo()
 
     whole, hist = run("ck_whole", 3)
     with pytest.raises(KeyboardInterrupt):

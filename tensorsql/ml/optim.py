@@ -51,17 +51,27 @@ class Optimizer:
             held = len(self.state)
             raise ShapeError(f"step: the optimizer holds state for {held} parameters, got {len(params)}")
         self.steps += 1
+        factors = self.factors(self.steps)
         out: list[TensorRelation] = []
         for i, (p, g) in enumerate(zip(params, grads, strict=True)):
             s = p.session
             g = s.materialize(g)  # read by the update and by every state update: computed once
-            new, state = self.update(p, g, self.state[i])
+            new, state = self.update(p, g, self.state[i], factors)
             self.state[i] = {k: s.materialize(v) for k, v in state.items()}
             out.append(s.materialize(new))
         return out
 
+    def factors(self, t: int) -> dict[str, float]:
+        """The scalars of step ``t`` (1, 2, ...) the update multiplies by (Adam's bias corrections): numbers
+        here, or 0-d relations where a compiled step binds them per call (``fit``)."""
+        return {}
+
     def update(
-        self, p: TensorRelation, g: TensorRelation, state: dict[str, TensorRelation]
+        self,
+        p: TensorRelation,
+        g: TensorRelation,
+        state: dict[str, TensorRelation],
+        factors: dict[str, object],
     ) -> tuple[TensorRelation, dict[str, TensorRelation]]:
         raise NotImplementedError
 
@@ -83,7 +93,7 @@ class SGD(Optimizer):
         self.nesterov = nesterov
         self.state_names = ("velocity",) if self.momentum else ()
 
-    def update(self, p, g, state):  # type: ignore[no-untyped-def]
+    def update(self, p, g, state, factors):  # type: ignore[no-untyped-def]
         if self.weight_decay:
             g = g + p * self.weight_decay
         if not self.momentum:
@@ -121,15 +131,16 @@ class Adam(Optimizer):
         decay = self.default_decay if weight_decay is None else weight_decay
         self.weight_decay = _number(decay, f"{name}: weight_decay")
 
-    def update(self, p, g, state):  # type: ignore[no-untyped-def]
+    def factors(self, t: int) -> dict[str, float]:
+        return {"step": self.lr / (1.0 - self.beta1**t), "vscale": 1.0 / (1.0 - self.beta2**t)}
+
+    def update(self, p, g, state, factors):  # type: ignore[no-untyped-def]
         if self.weight_decay and not self.decoupled:
             g = g + p * self.weight_decay
         m = state["m"] * self.beta1 + g * (1.0 - self.beta1)
         v = state["v"] * self.beta2 + (g * g) * (1.0 - self.beta2)
-        t = self.steps
-        step = self.lr / (1.0 - self.beta1**t)
-        denom = (v * (1.0 / (1.0 - self.beta2**t))) ** 0.5 + self.eps
-        new = p - (m / denom) * step
+        denom = (v * factors["vscale"]) ** 0.5 + self.eps
+        new = p - (m / denom) * factors["step"]
         if self.weight_decay and self.decoupled:
             new = new - p * (self.lr * self.weight_decay)
         return new, {"m": m, "v": v}

@@ -109,6 +109,7 @@ def fit(
             history.resumed_after = start
     batches = math.ceil(n / batch_size)
     bar = _Progress(progress, (epochs - start) * batches)
+    stepper = _Stepper(model, optimizer)
     try:
         for epoch in range(start, epochs):
             table = f"_ts_fit_{next(_ids)}"
@@ -117,16 +118,12 @@ def fit(
             try:
                 for b in range(batches):
                     x, y = _batch(local, table, feats, label, b * batch_size, (b + 1) * batch_size, model)
-                    params = [model.params[k] for k in model.names]
-                    loss = model.loss(model.forward(x), model.targets(y))
-                    # the loss and every gradient together: the forward pass they share runs once
-                    value, *grads = s.compute([loss, *grad(loss, params)], store=True)
-                    total += float(value.numpy()) * len(y)
-                    model.set_params(optimizer.step(params, grads))
+                    total += stepper.step(x, model.targets(y)) * len(y)
                     bar.advance(f"epoch {epoch + 1}/{epochs}")
             finally:
                 drop = exp.Drop(tables=[exp.Table(this=_ident(table))], kind="TABLE", exists=True)
                 local.query(drop, "fit")
+            stepper.sync()  # the epoch's weights and state as relations (the checkpoint saves them)
             history.losses.append(total / n)
             history.ran += 1
             bar.note(f"epoch {epoch + 1}/{epochs}: loss {history.losses[-1]:.6g}")
@@ -135,6 +132,70 @@ def fit(
     finally:
         bar.close()
     return history
+
+
+class _Stepper:
+    """The training step compiled once (``Session.compile``, planned once, run on new arrays each call):
+    per batch shape, (features, targets, weights) -> (loss, gradients); per weight shape, the optimizer's
+    (weight, gradient, state, step factors) -> (new weight, new state). Weights and state stay arrays
+    between steps and become relations again at ``sync``."""
+
+    def __init__(self, model: Model, optimizer: Optimizer) -> None:
+        self.model, self.opt, self.s = model, optimizer, model.session
+        self.params = [model.params[k].numpy() for k in model.names]
+        if optimizer.state:
+            self.state = [{k: v.numpy() for k, v in st.items()} for st in optimizer.state]
+        else:
+            self.state = [{k: np.zeros_like(p) for k in optimizer.state_names} for p in self.params]
+        self.t = optimizer.steps
+        self.grads: dict[tuple, object] = {}
+        self.updates: dict[tuple, object] = {}
+
+    def step(self, x: np.ndarray, y: np.ndarray) -> float:
+        """One update; returns the batch's loss."""
+        key = (x.shape, y.shape)
+        if key not in self.grads:
+            self.grads[key] = self._compile_grads(x, y)
+        loss, *grads = self.grads[key](x, y, *self.params)  # type: ignore[operator]
+        self.t += 1
+        factors = [np.asarray(f, dtype=self.model.dtype) for f in self.opt.factors(self.t).values()]
+        names = self.opt.state_names
+        for i, (p, g) in enumerate(zip(self.params, grads, strict=True)):
+            if p.shape not in self.updates:
+                self.updates[p.shape] = self._compile_update(p.shape)
+            out = self.updates[p.shape](p, g, *[self.state[i][k] for k in names], *factors)  # type: ignore[operator]
+            out = out if isinstance(out, tuple) else (out,)
+            self.params[i] = np.asarray(out[0])
+            self.state[i] = {k: np.asarray(v) for k, v in zip(names, out[1:], strict=True)}
+        return float(loss)
+
+    def _compile_grads(self, x: np.ndarray, y: np.ndarray) -> object:
+        s, model = self.s, self.model
+        xs = s.placeholder(x.shape, x.dtype, name="features")
+        ys = s.placeholder(y.shape, y.dtype, name="targets")
+        ps = [s.placeholder(p.shape, p.dtype, name=k) for k, p in zip(model.names, self.params, strict=True)]
+        held = dict(model.params)
+        model.params = dict(zip(model.names, ps, strict=True))
+        try:
+            loss = model.loss(model.forward(xs), ys)
+        finally:
+            model.params = held
+        return s.compile([loss, *grad(loss, ps)], [xs, ys, *ps])
+
+    def _compile_update(self, shape: tuple[int, ...]) -> object:
+        s, dtype = self.s, self.model.dtype
+        p, g = s.placeholder(shape, dtype, name="weight"), s.placeholder(shape, dtype, name="gradient")
+        state = {k: s.placeholder(shape, dtype, name=k) for k in self.opt.state_names}
+        factors = {k: s.placeholder((), dtype, name=k) for k in self.opt.factors(1)}
+        new, after = self.opt.update(p, g, state, factors)
+        outputs = [new, *[after[k] for k in self.opt.state_names]]
+        return s.compile(outputs, [p, g, *state.values(), *factors.values()])
+
+    def sync(self) -> None:
+        s = self.s
+        self.model.set_params([s.from_numpy(p) for p in self.params])
+        self.opt.state = [{k: s.from_numpy(v) for k, v in st.items()} for st in self.state]
+        self.opt.steps = self.t
 
 
 def _shuffle(local: object, probe: exp.Query, columns: list[str], table: str, seed: int, epoch: int) -> None:
