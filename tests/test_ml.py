@@ -168,7 +168,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint(s, separable, monkeypatch):
         model = ml.SoftmaxRegression(s, 4, 2, dtype="float64", seed=1)
         opt = ml.Adam(0.05)
         if stop_at is not None:  # Ctrl-C in the middle of a step
-            real, calls = train._Stepper.step, []
+            real, calls = train.Stepper.step, []
 
             def step(self, x, y):
                 calls.append(1)
@@ -176,7 +176,7 @@ def test_a_stopped_run_resumes_from_its_checkpoint(s, separable, monkeypatch):
                     raise KeyboardInterrupt
                 return real(self, x, y)
 
-            monkeypatch.setattr(train._Stepper, "step", step)
+            monkeypatch.setattr(train.Stepper, "step", step)
         try:
             hist = ml.fit(model, "points", feats, "label", epochs=epochs, batch_size=500, optimizer=opt,
                           checkpoint=checkpoint, progress=False)  # fmt: skip

@@ -109,7 +109,7 @@ def fit(
             history.resumed_after = start
     batches = math.ceil(n / batch_size)
     bar = _Progress(progress, (epochs - start) * batches)
-    stepper = _Stepper(model, optimizer)
+    stepper = Stepper(model, optimizer)
     try:
         for epoch in range(start, epochs):
             table = f"_ts_fit_{next(_ids)}"
@@ -134,7 +134,7 @@ def fit(
     return history
 
 
-class _Stepper:
+class Stepper:
     """The training step compiled once (``Session.compile``, planned once, run on new arrays each call):
     per batch shape, (features, targets, weights) -> (loss, gradients); per weight shape, the optimizer's
     (weight, gradient, state, step factors) -> (new weight, new state). Weights and state stay arrays
@@ -349,4 +349,4 @@ class _Progress:
             self.bar.stop()
 
 
-__all__ = ["Checkpoint", "History", "fit"]
+__all__ = ["Checkpoint", "History", "Stepper", "fit"]
