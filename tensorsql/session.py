@@ -405,22 +405,10 @@ class Session:
         bindings: dict[E.Operand, np.ndarray] = {}
         for r in rels:
             bindings.update(r.bindings)
-        uses: dict[E.Node, int] = {}
-        order: list[E.Node] = []
-        seen: set[E.Node] = set()
-        for r in rels:
-            uses[r.node] = uses.get(r.node, 0) + 1
-            for node in E.topological(r.node):
-                if node not in seen:
-                    seen.add(node)
-                    order.append(node)
-                    for child in E.children(node):
-                        uses[child] = uses.get(child, 0) + 1
         done: dict[E.Node, E.Node] = {}
-        for node in order:  # inputs before consumers: a shared step reads the shared steps below it
-            if uses.get(node, 0) >= 2 and E.children(node):
-                rel = TensorRelation(self, E.substitute(node, done), bindings)
-                done[node] = self.materialize(rel).node
+        for node in shared_steps([r.node for r in rels]):  # a shared step reads the shared steps below it
+            rel = TensorRelation(self, E.substitute(node, done), bindings)
+            done[node] = self.materialize(rel).node
         out = []
         for r in rels:
             rel = TensorRelation(self, E.substitute(r.node, done), bindings, r.options)
@@ -668,12 +656,19 @@ class Session:
         return TensorRelation(self, frontend.map_node(r.node, fn, param), r.bindings)
 
     def compile(
-        self, outputs: TensorRelation | Sequence[TensorRelation], inputs: Sequence[TensorRelation]
+        self,
+        outputs: TensorRelation | Sequence[TensorRelation],
+        inputs: Sequence[TensorRelation],
+        *,
+        share: bool = False,
     ) -> Compiled:
         """A callable that runs the lazy graph of ``outputs`` on new arrays for the placeholders ``inputs``
-        (``placeholder``), planned once: each call binds the arrays and runs the cached plans."""
+        (``placeholder``), planned once: each call binds the arrays and runs the cached plans. ``share``:
+        the steps several outputs use are computed once per call and handed to the others as arrays (a
+        forward pass shared by a loss and its gradients; a statement more per shared step)."""
         self.require_open("compile")
-        return Compiled(self, outputs, inputs)
+        _flag(share, "compile", "share")
+        return Compiled(self, outputs, inputs, share=share)
 
 
 def _drop_all(executor: object, names: list[str]) -> None:
@@ -747,6 +742,7 @@ class Compiled:
         session: Session,
         outputs: TensorRelation | Sequence[TensorRelation],
         inputs: Sequence[TensorRelation],
+        share: bool = False,
     ) -> None:
         single = isinstance(outputs, TensorRelation)
         outs = [outputs] if single else list(outputs)  # type: ignore[list-item]
@@ -764,12 +760,31 @@ class Compiled:
         for j, rel in enumerate(outs):
             if not isinstance(rel, TensorRelation) or rel.session is not session:
                 raise ShapeError(f"compile: output {j} must be a relation of this session")
+        #: shared steps, each run before the outputs into the placeholder that stands for it
+        self._stages: list[tuple[Plan, dict[E.Operand, np.ndarray], E.Operand]] = []
+        done: dict[E.Node, E.Node] = {}
+        if share and len(outs) > 1:
+            bindings: dict[E.Operand, np.ndarray] = {}
+            for rel in outs:
+                bindings.update(rel.bindings)
+            for i, node in enumerate(shared_steps([rel.node for rel in outs])):
+                step = TensorRelation(session, E.substitute(node, done), bindings)
+                stand_in = E.Operand(shape=node.shape, dtype=node.dtype, name=f"shared{i}")
+                self._stages.append((step.plan(), self._bound_of(step), stand_in))
+                done[node] = stand_in
+        known = set(self._leaves) | {stand_in for _, _, stand_in in self._stages}
+        for j, rel in enumerate(outs):
+            if done:
+                rel = TensorRelation(session, E.substitute(rel.node, done), rel.bindings, rel.options)
             plan = rel.plan()
-            missing = [op.name for op in plan.operands if op not in self._leaves and op not in rel.bindings]
+            missing = [op.name for op in plan.operands if op not in known and op not in rel.bindings]
             if missing:
                 raise ShapeError(f"compile: output {j} depends on placeholders not in inputs: {missing}")
             self._plans.append(plan)
-            self._bound.append({op: a for op, a in rel.bindings.items() if op not in self._leaves})
+            self._bound.append(self._bound_of(rel))
+
+    def _bound_of(self, rel: TensorRelation) -> dict[E.Operand, np.ndarray]:
+        return {op: a for op, a in rel.bindings.items() if op not in self._leaves}
 
     def __call__(self, *arrays: object) -> object:
         if len(arrays) != len(self._leaves):
@@ -786,11 +801,30 @@ class Compiled:
                     )
                 arr = arr.astype(leaf.dtype)
             given[leaf] = arr
+        for plan, bound, stand_in in self._stages:
+            given[stand_in] = self._session.value(plan, {**bound, **given})
         results = [
             self._session.value(plan, {**bound, **given})
             for plan, bound in zip(self._plans, self._bound, strict=True)
         ]
         return results[0] if self._single else tuple(results)
+
+
+def shared_steps(roots: Sequence[E.Node]) -> list[E.Node]:
+    """The steps (not leaves) of the graphs of ``roots`` that two or more consumers use (a root counts as a
+    use), inputs before consumers."""
+    uses: dict[E.Node, int] = {}
+    order: list[E.Node] = []
+    seen: set[E.Node] = set()
+    for root in roots:
+        uses[root] = uses.get(root, 0) + 1
+        for node in E.topological(root):
+            if node not in seen:
+                seen.add(node)
+                order.append(node)
+                for child in E.children(node):
+                    uses[child] = uses.get(child, 0) + 1
+    return [n for n in order if uses.get(n, 0) >= 2 and E.children(n)]
 
 
 def _shape(shape: object, what: str) -> tuple[int, ...]:

@@ -180,7 +180,8 @@ class Stepper:
             loss = model.loss(model.forward(xs), ys)
         finally:
             model.params = held
-        return s.compile([loss, *grad(loss, ps)], [xs, ys, *ps])
+        # the forward steps the loss and the gradients share: computed once per batch
+        return s.compile([loss, *grad(loss, ps)], [xs, ys, *ps], share=True)
 
     def _compile_update(self, shape: tuple[int, ...]) -> object:
         s, dtype = self.s, self.model.dtype
