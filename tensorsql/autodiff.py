@@ -88,8 +88,8 @@ class _Backward:
         return TensorRelation(self.s, node, self.bindings)
 
     def zeros(self, node: E.Node) -> TensorRelation:
-        return self.s.einsum(_spec([tuple(range(len(node.shape)))], tuple(range(len(node.shape)))),
-                             np.zeros(node.shape, dtype=node.dtype))  # fmt: skip
+        labels = tuple(range(len(node.shape)))
+        return self.s.einsum(_spec([labels], labels), np.zeros(node.shape, dtype=node.dtype))
 
     def run(self, order: list[E.Node], targets: set[E.Node]) -> dict[E.Node, TensorRelation]:
         # only the nodes a target flows into need an adjoint

@@ -76,7 +76,7 @@ def lower(root: E.Node, part: Partitioning, operands: tuple[E.Operand, ...] = ()
         """What slices read of ``node``: where slices are its only consumers, its plan restricted to the
         blocks between the first and the last any of them holds (computed once, for all of them)."""
         mine = users.get(node, [])
-        if node is root or not all(isinstance(u, E.Slice) for u in mine):
+        if not all(isinstance(u, E.Slice) for u in mine):
             return go(node)
         if node not in restricted:
             child = go(node)

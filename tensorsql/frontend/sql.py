@@ -352,7 +352,6 @@ class _Rewriter:
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
 
-
     def predict(self, call: exp.Anonymous) -> exp.Query:
         """``predict('model', (SELECT key, features...), key => 'key')``: rows ``(key, value)`` of a saved
         model's predictions (``(key, class, value)`` for a model with several outputs), the features made

@@ -384,9 +384,6 @@ class TransformerBlock(Model):
             "causal": self.causal,
         }
 
-    def inputs(self, x: object) -> object:
-        return Model.inputs(self, x)
-
     def rmsnorm(self, x: TensorRelation, g: TensorRelation, eps: float = 1e-6) -> TensorRelation:
         s = self.session
         mean_square = s.einsum("sd,sd->s", x, x) * (1.0 / self.model)

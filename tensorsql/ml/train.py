@@ -292,8 +292,9 @@ class Checkpoint:
             s.execute(exp.Rollback())
             raise
         if before is not None and before != epoch:
+            stored = set(s.tables())
             for old in self._tables(model, optimizer, before).values():
-                if old in s.tables():
+                if old in stored:
                     s.drop(old)
 
     def _epoch(self) -> int | None:

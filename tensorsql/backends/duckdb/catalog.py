@@ -301,7 +301,6 @@ class DuckDBCatalog:
         with self._lock:
             return get_many(self._con, checked)
 
-
     def names(self) -> list[str]:
         with self._lock:
             return names(self._con)

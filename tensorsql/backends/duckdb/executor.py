@@ -503,24 +503,6 @@ class DuckDBExecutor:
         }
         return pa.table(cols)
 
-    def run_blocks(
-        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], ranges: Mapping[str, tuple[int, int]]
-    ) -> pa.Table:
-        """Only the result blocks whose keys lie in ``ranges`` ({"k0": (first, last), ...}), computed from
-        only the input blocks they need (``waves.restrict``): slicing and ``head`` without a full read."""
-        st = self._statement(plan)
-        rel = waves.restrict(plan.tra, ranges)
-        with self._lock:
-            self._bind(st, plan, bindings)
-            try:
-                ast = sqlgen.to_ast(rel, bind=self._binder(st, plan), checks=self._must_check)
-                text = sqlgen.sql_text(ast)
-                return self._run(st, lambda: self.con.sql(text).to_arrow_table())
-            except duckdb.Error as exc:
-                raise self._failed(exc, "einsum", self._diagnosis(st, plan)) from exc
-            finally:
-                self._unbind(st, False)
-
     def fast(self, plan: Plan) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None:
         """The shortest run of a plan that has become a small call: every operand lent through a slot, the
         result through the sink slot, the statement prepared (it reads no table, so it stays valid). The

@@ -731,7 +731,6 @@ class _Builder:
         tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
         return self.finish(Row(q, keys, tensor), group=True)
 
-
     def slice(self, rel: T.Slice) -> exp.Select:
         """Each child block cut into its pieces of the output blocks (``tensor_slice_strided``) and the pieces
         of an output block assembled. Where the pieces are to be found is known when planning
