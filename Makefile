@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench kernels clean
+.PHONY: demo test test-torch lint bench kernels clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,11 @@ demo: kernels
 
 test: kernels
 	$(BIN)/python -m pytest
+
+# gradients and training against torch: installs its CPU build (not part of `make test` or CI)
+test-torch: kernels
+	$(BIN)/python -m pip install -q -e '.[torch]'
+	$(BIN)/python -m pytest -m torch
 
 lint: $(STAMP)
 	$(BIN)/ruff check tensorsql planner udf_kernels tests benchmarks

@@ -1,13 +1,16 @@
-"""Machine learning (issue 16), side by side in one run:
+"""Machine learning (issue 16), side by side in one run, every peer on the same threads:
 
 1. Logistic regression on ``--rows`` x 100 float32 features read from a DuckDB table, ``--epochs`` epochs,
    mini-batch 8192, Adam: ``ml.fit`` (batches read from the table, shuffled in DuckDB) against numpy by hand
-   (the table read once into memory, the same Adam, shuffled with numpy) and scikit-learn's
-   ``SGDClassifier`` (``partial_fit`` per batch, where installed). Wall time per epoch, final loss and
-   accuracy. torch is not installed by the project (its wheel bundles CUDA: gigabytes); the issue's torch
-   column is left out and said so.
+   and torch CPU (each reads the table into memory once, timed, and shuffles per epoch itself) and
+   scikit-learn's ``SGDClassifier`` (``partial_fit`` per batch). Wall time per epoch, final loss and accuracy.
 2. One training step of the FFNN (batch 1024, 784-1024-1024-10, SGD): tensorsql (``fit``'s compiled step:
-   loss and gradients, then the SGD update, each planned once) against numpy by hand.
+   loss and gradients, then the SGD update, each planned once) against torch CPU and numpy by hand.
+3. One transformer block's forward and backward pass (seq 512, model 512, 8 heads, MLP 2048, causal; the
+   loss and every weight's gradient): tensorsql's compiled step against torch CPU on the same block
+   (``benchmarks.torch_peers``).
+
+torch is the issue's peer: ``make bench`` installs its CPU build; without it its rows say so.
 
 Run: ``python -m benchmarks.ml [--rows 1000000] [--epochs 10] [--quick]``.
 """
@@ -21,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 import tensorsql as ts
+from benchmarks import torch_peers
 from benchmarks.sql import _best
 from tensorsql import ml
 from tensorsql.ml.train import Stepper
@@ -44,7 +48,23 @@ def _bce(z: np.ndarray, y: np.ndarray) -> float:
     return float(np.mean(np.logaddexp(0, z) - y * z))
 
 
-def logistic(s: ts.Session, rows: int, epochs: int, batch: int) -> None:
+def _torch() -> object | None:
+    try:
+        return torch_peers.torch()
+    except ImportError:
+        return None
+
+
+def _read(s: ts.Session, feats: list[str]) -> tuple[np.ndarray, np.ndarray, float]:
+    """The table read into memory once (as a peer that trains outside the warehouse must), and the time."""
+    t = time.perf_counter()
+    data = s.executor.con.sql("SELECT * FROM bench_ml").fetchnumpy()  # type: ignore[attr-defined]
+    xs = np.column_stack([data[f] for f in feats]).astype(np.float32)
+    ys = np.asarray(data["label"], dtype=np.float32)
+    return xs, ys, time.perf_counter() - t
+
+
+def logistic(s: ts.Session, rows: int, epochs: int, batch: int, threads: int) -> None:
     x, y = _table(s, rows)
     feats = [f"f{i}" for i in range(FEATURES)]
     print(f"logistic regression: {rows:,} rows x {FEATURES} float32 features, {epochs} epochs, batch {batch}")
@@ -58,11 +78,7 @@ def logistic(s: ts.Session, rows: int, epochs: int, batch: int) -> None:
     rows_out = [("tensorsql ml.fit (from the table)", ts_time, _bce(z, y), float(((z > 0) == y).mean()))]
 
     # numpy by hand: the table read into memory once (timed), the same Adam
-    t = time.perf_counter()
-    data = s.executor.con.sql("SELECT * FROM bench_ml").fetchnumpy()  # type: ignore[attr-defined]
-    xs = np.column_stack([data[f] for f in feats]).astype(np.float32)
-    ys = np.asarray(data["label"], dtype=np.float32)
-    read = time.perf_counter() - t
+    xs, ys, read = _read(s, feats)
     w, b = np.zeros(FEATURES, np.float32), np.float32(0)
     m = [np.zeros_like(w), np.float32(0)]
     v = [np.zeros_like(w), np.float32(0)]
@@ -89,11 +105,38 @@ def logistic(s: ts.Session, rows: int, epochs: int, batch: int) -> None:
     z = x @ w + b
     rows_out.append(("numpy by hand (table read once)", np_time, _bce(z, y), float(((z > 0) == y).mean())))
 
+    torch = _torch()
+    if torch is None:
+        rows_out.append(("torch CPU: not installed", float("nan"), float("nan"), float("nan")))
+    else:
+        xs, ys, read = _read(s, feats)
+        tx, ty = torch.from_numpy(xs), torch.from_numpy(ys)
+        lin = torch.nn.Linear(FEATURES, 1)
+        with torch.no_grad():
+            lin.weight.zero_()
+            lin.bias.zero_()
+        opt = torch.optim.Adam(lin.parameters(), lr=0.05)
+        gen = torch.Generator().manual_seed(0)
+        t = time.perf_counter()
+        for _ in range(epochs):
+            order = torch.randperm(len(ys), generator=gen)
+            for lo in range(0, len(ys), batch):
+                idx = order[lo : lo + batch]
+                opt.zero_grad()
+                loss = torch.nn.functional.binary_cross_entropy_with_logits(lin(tx[idx])[:, 0], ty[idx])
+                loss.backward()
+                opt.step()
+        torch_time = (time.perf_counter() - t + read) / epochs
+        with torch.no_grad():
+            z = lin(torch.from_numpy(x))[:, 0].numpy()
+        rows_out.append(("torch CPU (table read once)", torch_time, _bce(z, y), float(((z > 0) == y).mean())))
+
     try:
         from sklearn.linear_model import SGDClassifier
     except ImportError:
-        rows_out.append(("scikit-learn SGDClassifier", float("nan"), float("nan"), float("nan")))
+        rows_out.append(("scikit-learn: not installed", float("nan"), float("nan"), float("nan")))
     else:
+        xs, ys, read = _read(s, feats)
         clf = SGDClassifier(loss="log_loss", learning_rate="constant", eta0=0.01, random_state=0)
         t = time.perf_counter()
         for _ in range(epochs):
@@ -104,11 +147,10 @@ def logistic(s: ts.Session, rows: int, epochs: int, batch: int) -> None:
         sk_time = (time.perf_counter() - t + read) / epochs
         z = clf.decision_function(x)
         rows_out.append(("scikit-learn SGDClassifier", sk_time, _bce(z, y), float(((z > 0) == y).mean())))
-    print(f"  {'':36s} {'s / epoch':>10s} {'final loss':>11s} {'accuracy':>9s} {'vs tensorsql':>13s}")
+    print(f"  {'':36s} {'s / epoch':>10s} {'final loss':>11s} {'accuracy':>9s} {'tensorsql / it':>15s}")
     for name, sec, loss, acc in rows_out:
         ratio = ts_time / sec if sec == sec else float("nan")
-        print(f"  {name:36s} {sec:10.3f} {loss:11.4f} {acc:9.4f} {ratio:13.2f}")
-    print("  torch CPU: not installed (the issue's torch peer is not measured)")
+        print(f"  {name:36s} {sec:10.3f} {loss:11.4f} {acc:9.4f} {ratio:15.2f}")
 
 
 def ffnn_step(s: ts.Session, batch: int, layers: list[int], repeat: int) -> None:
@@ -116,22 +158,15 @@ def ffnn_step(s: ts.Session, batch: int, layers: list[int], repeat: int) -> None
     x = rng.standard_normal((batch, layers[0])).astype(np.float32)
     labels = rng.integers(0, layers[-1], batch)
     model = ml.MLP(s, layers, dtype="float32", seed=0)
-    opt = ml.SGD(0.01)
     onehot = model.targets(labels)
+    weights = model.weights()
 
-    stepper = Stepper(model, opt)  # fit's step: compiled once, run on arrays (a plan per output)
+    stepper = Stepper(model, ml.SGD(0.01))  # fit's step: compiled once, run on arrays
 
     def tensorsql_step() -> None:
         stepper.step(x, onehot)
 
-    def shared_step() -> None:  # planned each call, the forward pass stored once for all gradients
-        params = [model.params[k] for k in model.names]
-        loss = model.loss(model.forward(x), onehot)
-        _, *grads = s.compute([loss, *ts.grad(loss, params)], store=True)
-        model.set_params(opt.step(params, grads))
-
-    weights = model.weights()
-    ws = [weights[k] for k in model.names]
+    ws = [weights[k].copy() for k in model.names]
 
     def numpy_step() -> None:
         acts, pre = [x], []
@@ -153,12 +188,63 @@ def ffnn_step(s: ts.Session, batch: int, layers: list[int], repeat: int) -> None
             ws[2 * i] -= 0.01 * gw
             ws[2 * i + 1] -= 0.01 * gb
 
-    best = _best({"tensorsql": tensorsql_step, "shared": shared_step, "numpy": numpy_step}, repeat)
+    steps = {"tensorsql": tensorsql_step, "numpy": numpy_step}
+    torch = _torch()
+    if torch is not None:
+        params = torch_peers.tensors(weights, grad=True)
+        opt = torch_peers.optimizer("SGD", [params[k] for k in model.names], lr=0.01)
+        tx, ty = torch.from_numpy(x), torch.from_numpy(labels)
+
+        def torch_step() -> None:
+            opt.zero_grad()
+            torch_peers.mlp_loss(params, tx, ty, depth=len(layers) - 1).backward()
+            opt.step()
+
+        steps["torch"] = torch_step
+    best = _best(steps, repeat)
     shape = "-".join(map(str, layers))
-    print(f"\nFFNN training step (batch {batch}, {shape}, SGD): numpy by hand {best['numpy']:.3f} s")
-    for name, label in (("tensorsql", "fit's compiled step"), ("shared", "Session.compute (shared forward)")):
-        print(f"  tensorsql, {label:34s} {best[name]:.3f} s, ratio {best[name] / best['numpy']:.2f}")
-    print("  torch CPU: not installed (the issue's torch peer is not measured)")
+    print(f"\nFFNN training step (batch {batch}, {shape}, SGD), best of {repeat}:")
+    for name in steps:
+        line = f"  {name:10s} {best[name]:.4f} s"
+        if name != "tensorsql":
+            line += f"   tensorsql / {name}: {best['tensorsql'] / best[name]:.2f}"
+        print(line)
+    if torch is None:
+        print("  torch CPU: not installed (make bench installs it)")
+
+
+def transformer(s: ts.Session, seq: int, width: int, heads: int, hidden: int, repeat: int) -> None:
+    model = ml.TransformerBlock(s, width, heads, hidden, dtype="float32", seed=0)
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((seq, width)).astype(np.float32)
+    target = rng.standard_normal((seq, width)).astype(np.float32)
+    stepper = Stepper(model, ml.SGD(0.01))
+    grads = stepper._compile_grads(x, target)  # the loss and every weight's gradient, planned once
+
+    def tensorsql_fb() -> None:
+        grads(x, target, *stepper.params)  # type: ignore[operator]
+
+    steps = {"tensorsql": tensorsql_fb}
+    torch = _torch()
+    if torch is not None:
+        params = torch_peers.tensors(model.weights(), grad=True)
+        tx, tt = torch.from_numpy(x), torch.from_numpy(target)
+
+        def torch_fb() -> None:
+            for p in params.values():
+                p.grad = None
+            torch_peers.transformer_loss(params, tx, tt, heads).backward()
+
+        steps["torch"] = torch_fb
+    best = _best(steps, repeat)
+    print(f"\ntransformer block forward + backward (seq {seq}, model {width}, {heads} heads, MLP {hidden}):")
+    for name in steps:
+        line = f"  {name:10s} {best[name]:.4f} s"
+        if name != "tensorsql":
+            line += f"   tensorsql / {name}: {best['tensorsql'] / best[name]:.2f}"
+        print(line)
+    if torch is None:
+        print("  torch CPU: not installed (make bench installs it)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -166,13 +252,25 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", choices=["logistic", "ffnn", "transformer"], default=None)
     args = ap.parse_args(argv)
     rows, epochs = (50_000, 2) if args.quick else (args.rows, args.epochs)
-    with ts.connect(threads=2) as s:
-        logistic(s, rows, epochs, 8192)
-        layers = [784, 128, 128, 10] if args.quick else [784, 1024, 1024, 10]
-        ffnn_step(s, 256 if args.quick else 1024, layers, args.repeat)
+    torch = _torch()
+    if torch is not None:
+        torch.set_num_threads(args.threads)
+    with ts.connect(threads=args.threads) as s:
+        if args.only in (None, "logistic"):
+            logistic(s, rows, epochs, 8192, args.threads)
+        if args.only in (None, "ffnn"):
+            layers = [784, 128, 128, 10] if args.quick else [784, 1024, 1024, 10]
+            ffnn_step(s, 256 if args.quick else 1024, layers, args.repeat)
+        if args.only in (None, "transformer"):
+            if args.quick:
+                transformer(s, 64, 64, 4, 128, args.repeat)
+            else:
+                transformer(s, 512, 512, 8, 2048, args.repeat)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from tensorsql.session import Session
 
 _POS = "_ts_pos"
+#: bytes of features ``fit`` reads from the shuffled rows per query (whole batches; at least one)
+READ_BYTES = 64 << 20
 _ids = itertools.count()
 
 
@@ -108,6 +110,10 @@ def fit(
             start, history.losses = saved
             history.resumed_after = start
     batches = math.ceil(n / batch_size)
+    # rows read per query: whole batches, up to READ_BYTES of features (one query per batch cost ~3 ms of
+    # DuckDB and Arrow per 8192 x 100 batch, as much as the step itself)
+    row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
+    chunk = batch_size * max(1, READ_BYTES // max(1, row_bytes * batch_size))
     bar = _Progress(progress, (epochs - start) * batches)
     stepper = Stepper(model, optimizer)
     try:
@@ -116,10 +122,12 @@ def fit(
             _shuffle(local, probe, [*feats, label], table, seed, epoch)
             total = 0.0
             try:
-                for b in range(batches):
-                    x, y = _batch(local, table, feats, label, b * batch_size, (b + 1) * batch_size, model)
-                    total += stepper.step(x, model.targets(y)) * len(y)
-                    bar.advance(f"epoch {epoch + 1}/{epochs}")
+                for lo in range(0, n, chunk):  # a query per chunk of batches; the batches are its slices
+                    xs, ys = _batch(local, table, feats, label, lo, min(n, lo + chunk), model)
+                    for at in range(0, len(ys), batch_size):
+                        x, y = xs[at : at + batch_size], ys[at : at + batch_size]
+                        total += stepper.step(x, model.targets(y)) * len(y)
+                        bar.advance(f"epoch {epoch + 1}/{epochs}")
             finally:
                 drop = exp.Drop(tables=[exp.Table(this=_ident(table))], kind="TABLE", exists=True)
                 local.query(drop, "fit")
@@ -238,7 +246,9 @@ def _batch(
         column = rows.column(c)
         if column.null_count:
             raise ConfigError(f"fit: column {c!r} has NULLs (features and labels need a number in every row)")
-    x = np.column_stack([rows.column(c).to_numpy(zero_copy_only=False) for c in feats]).astype(model.dtype)
+    x = np.empty((rows.num_rows, len(feats)), dtype=model.dtype)  # one copy, column by column
+    for j, c in enumerate(feats):
+        x[:, j] = rows.column(c).to_numpy(zero_copy_only=False)
     y = rows.column(label).to_numpy(zero_copy_only=False)
     return x, y
 

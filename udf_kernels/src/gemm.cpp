@@ -639,6 +639,52 @@ void parallel_chunks(ThreadBudget *budget, int threads, int64_t chunks, F &&body
 	budget->run(t, [&](int i) { body(chunks * i / t, chunks * (i + 1) / t); });
 }
 
+// Batches whose products are this small (m * n * k) run as plain loops: one GEMM call per batch costs ~100-200 ns
+// of dispatch, so a Hadamard product (m = n = k = 1) as a batched GEMM measured ~40 ns per element.
+constexpr int64_t kTinyGemm = 64;
+
+// C[b] (+)= A[b] * B[b] for batches [b0, b1) of a contraction with m * n * k <= kTinyGemm: straight loops, the
+// common one-element product (a Hadamard product or a broadcast scaling) with unit strides spelled out so it
+// vectorizes.
+template <class T>
+void tiny_batches(const Contraction &c, const T *A, const T *Bm, T *C, int64_t b0, int64_t b1, bool beta1) {
+	const int64_t asb = c.a.sb, bsb = c.b.sb, cb = c.cb;
+	if (c.m == 1 && c.n == 1 && c.k == 1) {
+		if (asb == 1 && bsb == 1 && cb == 1) {
+			if (beta1) {
+				for (int64_t i = b0; i < b1; i++) {
+					C[i] = wadd(C[i], wmul(A[i], Bm[i]));
+				}
+			} else {
+				for (int64_t i = b0; i < b1; i++) {
+					C[i] = wmul(A[i], Bm[i]);
+				}
+			}
+			return;
+		}
+		for (int64_t i = b0; i < b1; i++) {
+			const T v = wmul(A[i * asb], Bm[i * bsb]);
+			C[i * cb] = beta1 ? wadd(C[i * cb], v) : v;
+		}
+		return;
+	}
+	for (int64_t bi = b0; bi < b1; bi++) {
+		const T *a = A + bi * asb;
+		const T *b = Bm + bi * bsb;
+		T *z = C + bi * cb;
+		for (int64_t i = 0; i < c.m; i++) {
+			for (int64_t j = 0; j < c.n; j++) {
+				T s = T(0);
+				for (int64_t p = 0; p < c.k; p++) {
+					s = wadd(s, wmul(a[i * c.a.sr + p * c.a.sc], b[p * c.b.sr + j * c.b.sc]));
+				}
+				T &out = z[i * c.cr + j];
+				out = beta1 ? wadd(out, s) : s;
+			}
+		}
+	}
+}
+
 struct Lease {
 	ThreadBudget *budget;
 	int n;
@@ -719,7 +765,15 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 	const int want = budget != nullptr ? gemm_threads_wanted(c.flops * (is_complex_v<T> ? 4.0 : 1.0), budget->total()) : 1;
 	const int got = budget != nullptr ? budget->acquire(want) : 1;
 	Lease lease {budget, got};
-	if (c.nb >= got || c.nb > 1) {
+	if (c.nb > 1 && c.m * c.n * c.k <= kTinyGemm) {
+		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
+			Meter meter(ctl);
+			if (!meter.stop()) {
+				tiny_batches<T>(c, A, Bm, C, b0, b1, beta1);
+				meter.add(2.0 * static_cast<double>(b1 - b0) * static_cast<double>(c.m * c.n * c.k));
+			}
+		});
+	} else if (c.nb >= got || c.nb > 1) {
 		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
 			Meter meter(ctl);
 			for (int64_t bi = b0; bi < b1; bi++) {

@@ -48,6 +48,42 @@ template <class T, class J, class A, bool BIN>
 	});
 }
 
+// z[i] = J(x[i * sx], y[i * sy]) for i in [0, n) (x[i * sx] alone when !BIN): unit and zero strides spelled out,
+// so the compiler vectorizes them (the general strided loop measured ~7 ns per element of a 'ab,->ab' join).
+template <class T, class J, bool BIN>
+inline void join_row(const T *x, const T *y, T *z, int64_t n, int64_t sx, int64_t sy) {
+	if (n <= 0) { // an empty row: x and y may hold no element at all
+		return;
+	}
+	if constexpr (BIN) {
+		if (sx == 1 && sy == 1) {
+			for (int64_t i = 0; i < n; i++) {
+				z[i] = J::f(x[i], y[i]);
+			}
+		} else if (sx == 1 && sy == 0) {
+			const T b = y[0];
+			for (int64_t i = 0; i < n; i++) {
+				z[i] = J::f(x[i], b);
+			}
+		} else if (sx == 0 && sy == 1) {
+			const T a = x[0];
+			for (int64_t i = 0; i < n; i++) {
+				z[i] = J::f(a, y[i]);
+			}
+		} else {
+			for (int64_t i = 0; i < n; i++) {
+				z[i] = J::f(x[i * sx], y[i * sy]);
+			}
+		}
+	} else {
+		(void)y;
+		(void)sy;
+		for (int64_t i = 0; i < n; i++) {
+			z[i] = x[i * sx];
+		}
+	}
+}
+
 // z = the A-reduction over the inner loops of J(x, y) (of x alone when !BIN), or with `accumulate`
 // z[i] = A(z[i], that reduction): the fused form of tensor_<agg>(tensor_einsum(...)). A runtime flag rather than
 // a template parameter: the kernels are instantiated for every dtype x join x agg, and the branch is per element
@@ -60,6 +96,14 @@ void kernel(const Plan &p, const T *x, const T *y, T *z, bool accumulate) {
 			permute_into(p.outer.data(), p.outer.size(), x, z);
 			return;
 		}
+	}
+	if (p.inner.empty() && !accumulate && !p.outer.empty()) { // the join alone, a row of the last label at a time
+		const Loop &last = p.outer.back();
+		odometer(p.outer.data(), p.outer.size() - 1, 0, 0, [&](int64_t ox, int64_t oy) {
+			join_row<T, J, BIN>(x + ox, y + oy, zp, last.size, last.sx, last.sy);
+			zp += last.size;
+		});
+		return;
 	}
 	if (p.inner.empty()) { // nothing aggregated: the output is just the join
 		odometer(p.outer.data(), p.outer.size(), 0, 0, [&](int64_t ox, int64_t oy) {

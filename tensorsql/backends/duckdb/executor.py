@@ -64,9 +64,15 @@ log = logging.getLogger("tensorsql")
 
 #: results up to this many bytes are fetched as rows rather than through an Arrow export
 SMALL_RESULT_BYTES = 1 << 18
-#: one-block array operands up to this many bytes are lent through a slot (one copy into a DuckDB blob);
-#: bigger ones are registered as Arrow views, which DuckDB reads in place
+#: one-block array operands up to this many bytes are lent through a slot and inlined where they are read
+#: (one copy into a DuckDB blob per read)
 SLOT_BYTES = 1 << 20
+#: other array operands up to this many bytes are lent through a slot too, read a block per row
+#: (``sqlgen.slot_blocks``: one copy per block); bigger ones are registered as Arrow views, which DuckDB reads
+#: in place. A view costs ~1-2 ms to register and unregister per run and keeps the statement from being
+#: prepared (a prepared plan may hold the old view's scan): a 1024 x 1024 float32 product of two lent
+#: operands took 1.6 ms where two views took 4 ms.
+BLOCK_SLOT_BYTES = 16 << 20
 
 #: memory DuckDB needs besides the blocks of a query (measured: a few MiB), and the least wave budget
 _DUCKDB_RESERVE = 4 << 20
@@ -684,9 +690,10 @@ class DuckDBExecutor:
         lend = self._sinks_available()
         uid = next(_ids)
         for k, op in enumerate(plan.operands):
+            nbytes = math.prod(op.shape) * DTYPES[op.dtype].itemsize
             one_block = all(b >= n for b, n in zip(plan.block_shape(op), op.shape, strict=True))
-            small = math.prod(op.shape) * DTYPES[op.dtype].itemsize <= SLOT_BYTES
-            if lend and one_block and small and op.shape and all(op.shape):
+            small = nbytes <= (SLOT_BYTES if one_block else BLOCK_SLOT_BYTES)
+            if lend and small and all(op.shape):  # 0-d too; no empty array (a slot of 0 bytes)
                 views.append(None)
                 slots.append(udf_sink.Slot(self.kernels))
             else:
@@ -714,12 +721,20 @@ class DuckDBExecutor:
     def _binder(self, st: _Statement, plan: Plan) -> sqlgen.Bind:
         """Renders operand k: its view's name, or the lent block ``tensor_source(<slot key>)`` inlined."""
 
-        def bind(rel: T.Input) -> str | sqlgen.Scalar:
+        def bind(rel: T.Input) -> str | exp.Select | sqlgen.Scalar:
             view = st.views[rel.index]
             if view is not None:
                 return view
-            key = exp.Cast(this=sqlgen.lit(st.slots[rel.index].key), to=exp.DataType.build("BIGINT"))  # type: ignore[union-attr]
-            return sqlgen.Scalar(sqlgen.call("tensor_source", key))
+            slot = st.slots[rel.index]
+            assert slot is not None
+            op = plan.operands[rel.index]
+            block = plan.block_shape(op)
+            if all(b >= n for b, n in zip(block, op.shape, strict=True)) and (
+                math.prod(op.shape) * DTYPES[op.dtype].itemsize <= SLOT_BYTES
+            ):
+                key = exp.Cast(this=sqlgen.lit(slot.key), to=exp.DataType.build("BIGINT"))
+                return sqlgen.Scalar(sqlgen.call("tensor_source", key))
+            return sqlgen.slot_blocks(slot.key, rel.schema.keys, op.shape, block)
 
         return bind
 

@@ -398,6 +398,32 @@ class Names:
 Bind = Callable[[T.Input], "str | exp.Select | Scalar"]
 
 
+def slot_blocks(key: int, keys: tuple[str, ...], shape: tuple[int, ...], block: tuple[int, ...]) -> exp.Select:
+    """The blocks of an array lent through slot ``key``, one row each in row-major key order (as an uploaded
+    view holds them, so positional joins line up): ``tensor_source(key, start, extent)`` over ``range(n)``,
+    each row's keys and edge extents worked out from its row number."""
+    grid = [-(-n // b) for n, b in zip(shape, block, strict=True)]
+    row = exp.column("i", "_ts_r", quoted=True)
+    cols: list[exp.Expression] = []
+    starts: list[exp.Expression] = []
+    extents: list[exp.Expression] = []
+    bigint = exp.DataType.build("BIGINT")
+    for d, (name, n, b) in enumerate(zip(keys, shape, block, strict=True)):
+        after = math.prod(grid[d + 1 :])
+        k = row.copy() if after == 1 else exp.IntDiv(this=row.copy(), expression=lit(after))
+        k = exp.Mod(this=exp.Paren(this=k), expression=lit(grid[d])) if d else k
+        cols.append(exp.alias_(exp.Cast(this=k, to=exp.DataType.build("INTEGER")), ident(name)))
+        start = exp.Mul(this=exp.Paren(this=k.copy()), expression=lit(b))
+        starts.append(exp.Cast(this=start, to=bigint))
+        extents.append(call("least", lit(b), exp.Sub(this=lit(n), expression=start.copy())))
+    tensor = call("tensor_source", exp.Cast(this=lit(key), to=bigint), array(starts), array(extents))
+    source = exp.Table(
+        this=call("range", lit(math.prod(grid))),
+        alias=exp.TableAlias(this=ident("_ts_r"), columns=[ident("i")]),
+    )
+    return exp.select(*cols, exp.alias_(tensor, ident("tensor"))).from_(source)
+
+
 def _unbound(rel: T.Input) -> str:
     raise PlanError(f"operand {rel.name!r} (#{rel.index}) has no binding in this statement")
 
