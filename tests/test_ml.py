@@ -129,6 +129,27 @@ def test_logistic_regression_separates_a_separable_table(s, separable):
     assert accuracy >= 0.99, accuracy
 
 
+def test_cached_and_streamed_rows_train_alike(s, separable, monkeypatch):
+    """Rows kept in memory (cache=True) and rows read back from DuckDB each epoch (cache=False, a chunk of
+    whole batches per query) come in the same shuffled order: the same losses and weights; the order
+    changes per epoch and with the seed, and no temporary table is left behind."""
+    feats = ["f0", "f1", "f2", "f3"]
+    # chunks of 2 batches of 350 rows: 4 queries an epoch
+    monkeypatch.setattr(train, "READ_BYTES", 700 * 5 * 8)
+    runs = {}
+    for cache, seed in ((True, 0), (False, 0), (True, 1)):
+        model = ml.LogisticRegression(s, 4, dtype="float64")
+        hist = ml.fit(model, "points", feats, "label", epochs=3, batch_size=350, optimizer=ml.SGD(0.3),
+                      seed=seed, cache=cache, progress=False)  # fmt: skip
+        runs[cache, seed] = hist.losses, model.weights()["W"]
+    np.testing.assert_allclose(runs[True, 0][0], runs[False, 0][0], rtol=1e-13)
+    np.testing.assert_allclose(runs[True, 0][1], runs[False, 0][1], rtol=1e-13)
+    assert not np.allclose(runs[True, 0][1], runs[True, 1][1], rtol=1e-6)  # another seed, another order
+    assert not [t for (t,) in s.execute("SELECT table_name FROM duckdb_tables()") if t.startswith("_ts_fit")]
+    with pytest.raises(ts.ConfigError, match="cache must be True, False or None"):
+        ml.fit(ml.LogisticRegression(s, 4), "points", feats, "label", cache="yes", progress=False)
+
+
 def test_mlp_full_batch_steps_match_numpy_by_hand(s):
     """Full-batch gradient descent (one batch per epoch: the row order cannot matter) against the same
     network written out in numpy, from the same initial weights."""

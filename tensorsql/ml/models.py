@@ -6,6 +6,7 @@ row of ``tensorsql_models`` (its kind and sizes), so SQL can score with it (``pr
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -399,7 +400,7 @@ class TransformerBlock(Model):
         k = s.einsum("sd,dhe->hse", n, p["Wk"])
         v = s.einsum("sd,dhe->hse", n, p["Wv"])
         e = self.model // self.heads
-        scores = s.einsum("hse,hte->hst", q, k) * (1.0 / np.sqrt(e))
+        scores = s.einsum("hse,hte->hst", q, k) * (1.0 / math.sqrt(e))  # a Python float keeps float32
         if self.causal:  # -inf above the diagonal: those keys get no weight
             mask = np.triu(np.full((seq, seq), -np.inf, dtype=self.dtype), 1)
             mask[np.isinf(mask)] = np.finfo(self.dtype).min  # finite: the max-subtracted exp is exactly 0

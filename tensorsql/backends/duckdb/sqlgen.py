@@ -398,7 +398,9 @@ class Names:
 Bind = Callable[[T.Input], "str | exp.Select | Scalar"]
 
 
-def slot_blocks(key: int, keys: tuple[str, ...], shape: tuple[int, ...], block: tuple[int, ...]) -> exp.Select:
+def slot_blocks(
+    key: int, keys: tuple[str, ...], shape: tuple[int, ...], block: tuple[int, ...]
+) -> exp.Select:
     """The blocks of an array lent through slot ``key``, one row each in row-major key order (as an uploaded
     view holds them, so positional joins line up): ``tensor_source(key, start, extent)`` over ``range(n)``,
     each row's keys and edge extents worked out from its row number."""
