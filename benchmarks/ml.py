@@ -90,7 +90,7 @@ def logistic(s: ts.Session, rows: int, epochs: int, batch: int, threads: int) ->
         for lo in range(0, len(ys), batch):
             idx = order[lo : lo + batch]
             xb, yb = xs[idx], ys[idx]
-            p = 1 / (1 + np.exp(-(xb @ w + b)))
+            p = np.exp(-np.logaddexp(0, -(xb @ w + b)))  # the sigmoid, without overflow
             gz = (p - yb) / len(yb)
             grads = [xb.T @ gz, gz.sum()]
             step += 1
