@@ -134,14 +134,25 @@ def test_cached_and_streamed_rows_train_alike(s, separable, monkeypatch):
     whole batches per query) come in the same shuffled order: the same losses and weights; the order
     changes per epoch and with the seed, and no temporary table is left behind."""
     feats = ["f0", "f1", "f2", "f3"]
-    # chunks of 2 batches of 350 rows: 4 queries an epoch
-    monkeypatch.setattr(train, "READ_BYTES", 700 * 5 * 8)
+    # 1000 rows' bytes: chunks of 2 whole batches of 350 (700 rows), 2 queries an epoch, not 1000-row reads
+    monkeypatch.setattr(train, "READ_BYTES", 1000 * 5 * 8)
+    sizes = []
+    real = train.Stepper.step
+
+    def step(self, x, y):
+        sizes.append(len(y))
+        return real(self, x, y)
+
+    monkeypatch.setattr(train.Stepper, "step", step)
+    read = type(s.executor).read_batches  # the cache fills from record batches of 97 rows
+    monkeypatch.setattr(type(s.executor), "read_batches", lambda self, b, c, rows=0: read(self, b, c, 97))
     runs = {}
     for cache, seed in ((True, 0), (False, 0), (True, 1)):
         model = ml.LogisticRegression(s, 4, dtype="float64")
         hist = ml.fit(model, "points", feats, "label", epochs=3, batch_size=350, optimizer=ml.SGD(0.3),
                       seed=seed, cache=cache, progress=False)  # fmt: skip
         runs[cache, seed] = hist.losses, model.weights()["W"]
+    assert sizes == [350, 350, 350, 150] * 9  # whole batches, both ways, the short one last
     np.testing.assert_allclose(runs[True, 0][0], runs[False, 0][0], rtol=1e-13)
     np.testing.assert_allclose(runs[True, 0][1], runs[False, 0][1], rtol=1e-13)
     assert not np.allclose(runs[True, 0][1], runs[True, 1][1], rtol=1e-6)  # another seed, another order

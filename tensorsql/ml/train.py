@@ -122,14 +122,13 @@ def fit(
             history.resumed_after = start
     batches = math.ceil(n / batch_size)
     row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
-    if cache is None:
-        cache = n * row_bytes <= CACHE_BYTES
+    chunk = batch_size * max(1, READ_BYTES // (row_bytes * batch_size))  # whole batches per read or gather
+    if cache is None:  # what the cache holds: the features, the labels, a hash and a row number per row
+        cache = n * (row_bytes + 16) <= CACHE_BYTES
     rows: _Rows = (
-        _Cached(local, probe, feats, label, model)
+        _Cached(local, probe, feats, label, model, n, chunk)
         if cache
-        else _Streamed(
-            local, probe, feats, label, model, batch_size * max(1, READ_BYTES // (row_bytes * batch_size))
-        )
+        else _Streamed(local, probe, feats, label, model, chunk)
     )
     bar = _Progress(progress, (epochs - start) * batches)
     stepper = Stepper(model, optimizer)
@@ -230,11 +229,15 @@ def _epoch_key(h: exp.Expression, seed: int, epoch: int) -> list[exp.Ordered]:
     return [exp.Ordered(this=key), exp.Ordered(this=h.copy())]
 
 
-def _matrix(rows: pa.Table, feats: list[str], label: str, model: Model) -> tuple[np.ndarray, np.ndarray]:
+def _matrix(
+    rows: pa.Table | pa.RecordBatch, feats: list[str], label: str, model: Model, out: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The features as a (rows, features) matrix of the model's dtype (into ``out`` when given) and the
+    labels; a NULL anywhere is an error."""
     for c in [*feats, label]:
         if rows.column(c).null_count:
             raise ConfigError(f"fit: column {c!r} has NULLs (features and labels need a number in every row)")
-    x = np.empty((rows.num_rows, len(feats)), dtype=model.dtype)
+    x = np.empty((rows.num_rows, len(feats)), dtype=model.dtype) if out is None else out
     cols = [rows.column(c).to_numpy(zero_copy_only=False) for c in feats]
     # column by column into row slabs of ~1 MiB, which stay in cache: whole strided columns measured 2.7x
     # slower (0.24 s for 300,000 x 100 float32)
@@ -258,19 +261,38 @@ class _Rows:
 
 class _Cached(_Rows):
     """The rows read from the source once, with each row's hash; per epoch DuckDB sorts the (row number,
-    hash) pairs into the epoch's order, and the batches are gathered from memory. An epoch costs a sort of
-    two columns instead of a sorted copy of every column (1.2 s for 300,000 x 101 float32 columns)."""
+    hash) pairs into the epoch's order, and the batches are gathered from memory, ``chunk`` rows (whole
+    batches) at a time. An epoch costs a sort of two columns instead of a sorted copy of every column (1.2 s
+    for 300,000 x 101 float32 columns). The source streams into the matrix a record batch at a time, so
+    the read holds one batch of the source's own columns besides the cache."""
 
-    def __init__(self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model) -> None:
-        self.local = local
+    def __init__(
+        self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, n: int, chunk: int
+    ) -> None:
+        self.local, self.chunk = local, chunk
         src = exp.Subquery(this=probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         columns = [*feats, label]
         query = exp.select(*[_col(c) for c in columns], exp.alias_(_row_hash(columns), _HASH, quoted=True))
-        table = local.with_arrow({}, lambda: query.from_(src))  # type: ignore[attr-defined]
-        self.x, self.y = _matrix(table, feats, label, model)
-        self.keys = pa.table(
-            {_RID: pa.array(np.arange(table.num_rows, dtype=np.int64)), _HASH: table.column(_HASH)}
-        )
+        self.x = np.empty((n, len(feats)), dtype=model.dtype)
+        ys: list[np.ndarray] = []
+        hashes: list[pa.Array] = []
+        at = 0
+
+        def consume(batch: pa.RecordBatch) -> None:
+            nonlocal at
+            if at + batch.num_rows > n:
+                raise ConfigError(f"fit: the source returned more than the {n} rows it counted (it changed)")
+            _, y = _matrix(batch, feats, label, model, self.x[at : at + batch.num_rows])
+            ys.append(y)
+            hashes.append(batch.column(_HASH))
+            at += batch.num_rows
+
+        local.read_batches(lambda: query.from_(src), consume)  # type: ignore[attr-defined]
+        if at != n:
+            raise ConfigError(f"fit: the source returned {at} rows, not the {n} it counted (it changed)")
+        self.y = np.concatenate(ys) if ys else np.empty(0)
+        rid = pa.array(np.arange(n, dtype=np.int64))
+        self.keys = pa.table({_RID: rid, _HASH: pa.chunked_array(hashes, type=pa.uint64())})
         self.view = f"_ts_fit_keys_{next(_ids)}"
 
     def epoch(self, seed: int, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -278,9 +300,8 @@ class _Cached(_Rows):
         order = order.order_by(*_epoch_key(_col(_HASH), seed, epoch))
         perm = self.local.with_arrow({self.view: self.keys}, lambda: order)  # type: ignore[attr-defined]
         idx = perm.column(_RID).to_numpy()
-        step = max(1, READ_BYTES // max(1, self.x.itemsize * (self.x.shape[1] + 1)))
-        for lo in range(0, len(idx), step):  # gathered a chunk at a time: bounded extra memory
-            part = idx[lo : lo + step]
+        for lo in range(0, len(idx), self.chunk):  # gathered a chunk at a time: bounded extra memory
+            part = idx[lo : lo + self.chunk]
             yield self.x[part], self.y[part]
 
 

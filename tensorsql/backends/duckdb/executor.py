@@ -468,6 +468,19 @@ class DuckDBExecutor:
                 for name in views:
                     self.con.unregister(name)
 
+    def read_batches(
+        self, build: Callable[[], exp.Query], consume: Callable[[pa.RecordBatch], None], rows: int = 1 << 16
+    ) -> None:
+        """Streams the rows of ``build()``'s query to ``consume``, ``rows`` at a time, so the caller can keep
+        what it needs of each batch without the whole result held as Arrow at once."""
+        with self._lock:
+            try:
+                reader = self.con.sql(sqlgen.sql_text(build())).to_arrow_reader(rows)
+                for batch in reader:
+                    consume(batch)
+            except duckdb.Error as exc:
+                raise wrap(exc, "to_rows") from exc
+
     def text(self, plan: Plan, pretty: bool = True) -> str:
         """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
         st = self._statement(plan)
