@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
@@ -201,16 +202,8 @@ def ffnn_step(s: ts.Session, batch: int, layers: list[int], repeat: int) -> None
             opt.step()
 
         steps["torch"] = torch_step
-    best = _best(steps, repeat)
     shape = "-".join(map(str, layers))
-    print(f"\nFFNN training step (batch {batch}, {shape}, SGD), best of {repeat}:")
-    for name in steps:
-        line = f"  {name:10s} {best[name]:.4f} s"
-        if name != "tensorsql":
-            line += f"   tensorsql / {name}: {best['tensorsql'] / best[name]:.2f}"
-        print(line)
-    if torch is None:
-        print("  torch CPU: not installed (make bench installs it)")
+    _report(f"FFNN training step (batch {batch}, {shape}, SGD), best of {repeat}", steps, repeat)
 
 
 def transformer(s: ts.Session, seq: int, width: int, heads: int, hidden: int, repeat: int) -> None:
@@ -236,14 +229,20 @@ def transformer(s: ts.Session, seq: int, width: int, heads: int, hidden: int, re
             torch_peers.transformer_loss(params, tx, tt, heads).backward()
 
         steps["torch"] = torch_fb
+    title = f"transformer block forward + backward (seq {seq}, model {width}, {heads} heads, MLP {hidden})"
+    _report(title, steps, repeat)
+
+
+def _report(title: str, steps: dict[str, Callable[[], None]], repeat: int) -> None:
+    """Times the steps side by side (best of ``repeat``) and prints each with tensorsql's time over it."""
     best = _best(steps, repeat)
-    print(f"\ntransformer block forward + backward (seq {seq}, model {width}, {heads} heads, MLP {hidden}):")
+    print(f"\n{title}:")
     for name in steps:
         line = f"  {name:10s} {best[name]:.4f} s"
         if name != "tensorsql":
             line += f"   tensorsql / {name}: {best['tensorsql'] / best[name]:.2f}"
         print(line)
-    if torch is None:
+    if "torch" not in steps:
         print("  torch CPU: not installed (make bench installs it)")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import test_api
 from test_autodiff import CONTRACTIONS, JOINS
 
 import tensorsql as ts
@@ -62,12 +63,9 @@ def weighted(s, z, w):
     return s.einsum(f"{letters},{letters}->", z, w) if z.ndim else z * w
 
 
+# numpy's joins where the operators work on tensors too; torch's own abs, maximum and minimum
 TORCH_JOIN = {
-    "multiply": lambda a, b: a * b,
-    "add": lambda a, b: a + b,
-    "subtract": lambda a, b: a - b,
-    "divide": lambda a, b: a / b,
-    "sqdiff": lambda a, b: (a - b) ** 2,
+    **test_api.JOINS,
     "absdiff": lambda a, b: (a - b).abs(),
     "max": torch.maximum,
     "min": torch.minimum,
