@@ -232,7 +232,7 @@ def test_temporary_tables_are_dropped_with_their_relation(s):
 def test_a_relation_keeps_its_uploads_between_runs(s):
     import gc
 
-    a, b = RNG.standard_normal((600, 500)), RNG.standard_normal((500, 400))  # over 1 MiB: Arrow views
+    a, b = RNG.standard_normal((1500, 1400)), RNG.standard_normal((1400, 40))  # a: over 16 MiB, an Arrow view
     rel = s.einsum("ij,jk->ik", a, b)
     plan = rel.plan()
     first = rel.numpy()
@@ -244,7 +244,7 @@ def test_a_relation_keeps_its_uploads_between_runs(s):
     assert st.prepared is not None  # prepared from the second run: its views stayed registered
     assert_einsum_close(first, "ij,jk->ik", a, b)
     # the same plan on other arrays (what a cache hit does): registered anew, the prepared statement dropped
-    x, y = RNG.standard_normal((600, 500)), RNG.standard_normal((500, 400))
+    x, y = RNG.standard_normal((1500, 1400)), RNG.standard_normal((1400, 40))
     assert_einsum_close(s.value(plan, dict(zip(plan.operands, [x, y], strict=True))), "ij,jk->ik", x, y)
     assert st.prepared is None
     assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)

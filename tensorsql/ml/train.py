@@ -128,7 +128,7 @@ def fit(
     rows: _Rows = (
         _Cached(local, probe, feats, label, model, n, chunk)
         if cache
-        else _Streamed(local, probe, feats, label, model, chunk)
+        else _Streamed(local, probe, feats, label, model, n, chunk)
     )
     bar = _Progress(progress, (epochs - start) * batches)
     stepper = Stepper(model, optimizer)
@@ -310,16 +310,10 @@ class _Streamed(_Rows):
     _ts_pos)`` and reads it back ``chunk`` rows per query (whole batches)."""
 
     def __init__(
-        self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, chunk: int
+        self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, n: int, chunk: int
     ) -> None:
-        self.local, self.probe, self.feats, self.label, self.model, self.chunk = (
-            local,
-            probe,
-            feats,
-            label,
-            model,
-            chunk,
-        )
+        self.local, self.probe, self.model = local, probe, model
+        self.feats, self.label, self.n, self.chunk = feats, label, n, chunk
         self.table: str | None = None
 
     def epoch(self, seed: int, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -341,8 +335,7 @@ class _Streamed(_Rows):
             properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
         )
         self.local.query(create, "fit: shuffling the rows")  # type: ignore[attr-defined]
-        ((n,),) = self.local.query(exp.select(exp.Count(this=exp.Star())).from_(self.table), "fit")  # type: ignore[attr-defined]
-        for lo in range(0, n, self.chunk):
+        for lo in range(0, self.n, self.chunk):
             pos = _col(_POS)
             query = (
                 exp.select(*[_col(c) for c in columns])

@@ -88,6 +88,9 @@ class _Statement:
 
     views: list[str | None]
     slots: list[udf_sink.Slot | None]
+    #: per operand: a lent one-block operand of at most SLOT_BYTES, inlined where it is read (``Scalar``);
+    #: other lent operands are read a block per row (``sqlgen.slot_blocks``)
+    inline: list[bool]
     #: (flops, weighted flops) of the plan: whether it runs as a long query (``longrun``)
     work: tuple[float, float]
     #: what each operand's array must be: (shape, dtype)
@@ -700,13 +703,14 @@ class DuckDBExecutor:
             return st
         views: list[str | None] = []
         slots: list[udf_sink.Slot | None] = []
+        inline: list[bool] = []
         lend = self._sinks_available()
         uid = next(_ids)
         for k, op in enumerate(plan.operands):
             nbytes = math.prod(op.shape) * DTYPES[op.dtype].itemsize
             one_block = all(b >= n for b, n in zip(plan.block_shape(op), op.shape, strict=True))
-            small = nbytes <= (SLOT_BYTES if one_block else BLOCK_SLOT_BYTES)
-            if lend and small and all(op.shape):  # 0-d too; no empty array (a slot of 0 bytes)
+            inline.append(one_block and nbytes <= SLOT_BYTES)
+            if lend and nbytes <= BLOCK_SLOT_BYTES and all(op.shape):  # 0-d too; no empty array (0 bytes)
                 views.append(None)
                 slots.append(udf_sink.Slot(self.kernels))
             else:
@@ -717,6 +721,7 @@ class DuckDBExecutor:
         st = _Statement(
             views=views,
             slots=slots,
+            inline=inline,
             work=longrun.plan_work(plan.root),
             sink_slot=sink_slot,
             sinkable=len(set(blob)) == len(blob),
@@ -740,14 +745,11 @@ class DuckDBExecutor:
                 return view
             slot = st.slots[rel.index]
             assert slot is not None
-            op = plan.operands[rel.index]
-            block = plan.block_shape(op)
-            if all(b >= n for b, n in zip(block, op.shape, strict=True)) and (
-                math.prod(op.shape) * DTYPES[op.dtype].itemsize <= SLOT_BYTES
-            ):
+            if st.inline[rel.index]:
                 key = exp.Cast(this=sqlgen.lit(slot.key), to=exp.DataType.build("BIGINT"))
                 return sqlgen.Scalar(sqlgen.call("tensor_source", key))
-            return sqlgen.slot_blocks(slot.key, rel.schema.keys, op.shape, block)
+            op = plan.operands[rel.index]
+            return sqlgen.slot_blocks(slot.key, rel.schema.keys, op.shape, plan.block_shape(op))
 
         return bind
 
