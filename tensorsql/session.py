@@ -7,12 +7,13 @@ chosen in ``connect`` and reached only through the ``Executor`` protocol (``back
 
 from __future__ import annotations
 
+import itertools
 import math
 import numbers
 import operator
 import os
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +48,8 @@ from tensorsql.relation import TensorRelation
 _OFF = ("0", "false", "no", "off")
 #: results from this size on may come back as a transposed view of the GEMM-ordered result (numpy())
 GEMM_ORDER_BYTES = 1 << 20
+#: numbers the stored-relation names of a compiled graph's shared steps (``Compiled``)
+_shared_ids = itertools.count()
 
 
 class Session:
@@ -762,6 +765,55 @@ class Compiled:
                 raise ShapeError(f"compile: output {j} must be a relation of this session")
         #: shared steps, each run before the outputs into the placeholder that stands for it
         self._stages: list[tuple[Plan, dict[E.Operand, np.ndarray], E.Operand]] = []
+        #: the whole graph as one run (``Executor.many``) and the arrays bound in it; None: plan by plan
+        self._many: tuple[Callable, dict[E.Operand, np.ndarray]] | None = None
+        self._outs = outs
+        if share and len(outs) > 1:
+            self._many = self._plan_many(outs)
+        if self._many is None:
+            self._plan_each(outs, share)
+
+    def _plan_many(self, outs: list[TensorRelation]) -> tuple[Callable, dict[E.Operand, np.ndarray]] | None:
+        """The outputs and the steps they share as one run of the executor, when it can: each shared step
+        is planned by itself, and read by the later plans as a stored relation of the step's blocking."""
+        session = self._session
+        many = getattr(session.executor, "many", None)
+        if many is None:
+            return None
+        bindings: dict[E.Operand, np.ndarray] = {}
+        for rel in outs:
+            bindings.update(rel.bindings)
+        uid = next(_shared_ids)
+        done: dict[E.Node, E.Node] = {}
+        stages: list[tuple[str, Plan]] = []
+        for i, node in enumerate(shared_steps([rel.node for rel in outs])):
+            plan = TensorRelation(session, E.substitute(node, done), bindings).plan()
+            table = f"_ts_shared_{uid}_{i}"
+            blocks = plan.block_shape()
+            done[node] = E.Source(shape=node.shape, dtype=node.dtype, table=table, block_shape=blocks)
+            stages.append((table, plan))
+        plans = []
+        for j, rel in enumerate(outs):
+            plan = TensorRelation(session, E.substitute(rel.node, done), rel.bindings, rel.options).plan()
+            self._check_known(plan, j, set(self._leaves), bindings)
+            plans.append(plan)
+        for _, plan in stages:
+            self._check_known(plan, None, set(self._leaves), bindings)
+        run = many(stages, plans)
+        if run is None:
+            return None
+        return run, {op: a for op, a in bindings.items() if op not in self._leaves}
+
+    @staticmethod
+    def _check_known(plan: Plan, j: int | None, known: set[E.Operand], bindings: Mapping) -> None:
+        missing = [op.name for op in plan.operands if op not in known and op not in bindings]
+        if missing:
+            what = "a shared step" if j is None else f"output {j}"
+            raise ShapeError(f"compile: {what} depends on placeholders not in inputs: {missing}")
+
+    def _plan_each(self, outs: list[TensorRelation], share: bool) -> None:
+        """A plan per output (and per shared step, whose value the later plans read as an array)."""
+        session = self._session
         done: dict[E.Node, E.Node] = {}
         if share and len(outs) > 1:
             bindings: dict[E.Operand, np.ndarray] = {}
@@ -777,9 +829,7 @@ class Compiled:
             if done:
                 rel = TensorRelation(session, E.substitute(rel.node, done), rel.bindings, rel.options)
             plan = rel.plan()
-            missing = [op.name for op in plan.operands if op not in known and op not in rel.bindings]
-            if missing:
-                raise ShapeError(f"compile: output {j} depends on placeholders not in inputs: {missing}")
+            self._check_known(plan, j, known, rel.bindings)
             self._plans.append(plan)
             self._bound.append(self._bound_of(rel))
 
@@ -801,6 +851,14 @@ class Compiled:
                     )
                 arr = arr.astype(leaf.dtype)
             given[leaf] = arr
+        if self._many is not None:
+            self._session.require_open("compute")
+            run, bound = self._many
+            results = run({**bound, **given})
+            if results is not None:
+                return results[0] if self._single else tuple(results)
+            if not self._plans:  # an absent block somewhere: the plans one by one fill it with zeros
+                self._plan_each(self._outs, share=True)
         for plan, bound, stand_in in self._stages:
             given[stand_in] = self._session.value(plan, {**bound, **given})
         results = [

@@ -260,15 +260,15 @@ def test_compute_runs_the_shared_forward_pass_once(s, monkeypatch):
 
 
 def test_compile_shares_the_steps_its_outputs_use(s):
-    """``compile(..., share=True)``: the shared forward steps run once per call, as their own statements, and
-    the loss and gradients read them as arrays; the results equal the unshared compile's."""
+    """``compile(..., share=True)``: the shared forward steps run once per call (one statement of the
+    embedded executor: ``tests/test_many.py``); the results equal the unshared compile's."""
     x, w, y = r(6, 4), r(4, 3), r(6, 3)
     X, W, Y = (s.placeholder(a.shape, "float64", name=n) for a, n in ((x, "x"), (w, "w"), (y, "y")))
     loss = ((ts.tanh(X @ W) - Y) ** 2).sum()
     outputs = [loss, *ts.grad(loss, [W, X])]
     plain = s.compile(outputs, [X, W, Y])
     shared = s.compile(outputs, [X, W, Y], share=True)
-    assert shared._stages and not plain._stages
+    assert shared._many is not None and plain._many is None and not plain._stages
     for _ in range(2):  # planned once, run on new arrays each call
         x, w = r(6, 4), r(4, 3)
         for got, want in zip(shared(x, w, y), plain(x, w, y), strict=True):

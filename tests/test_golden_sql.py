@@ -34,7 +34,24 @@ def slice_sql(source, start, count, step, keep):
     return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
 
 
+def many_sql():
+    """A shared step (A @ B) as a MATERIALIZED CTE read by two outputs, each written into its own sink."""
+
+    def ein(spec, *xs):
+        inputs, output, _ = split_args([spec, *xs])
+        node = frontend.build(parse(inputs, output, [x.shape for x in xs]), list(xs))
+        return rewrite.physical(lower.lower(node, lower.default_partitioning(node)), costs.PROFILE)
+
+    stage = ein("ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5)))
+    blocks = tuple(stage.schema.blocks[k] for k in stage.schema.keys)
+    shared = src("_ts_shared_0_0", (8, 10), blocks)
+    outputs = [(ein("ik->", shared), 11, None), (ein("ik,kl->il", shared, src("C", (10, 2), (10, 2))), 12, None)]
+    ast = sqlgen.to_multi_sink_ast([("_ts_shared_0_0", stage, None)], outputs)
+    return sqlgen.sql_text(ast, pretty=True) + "\n"
+
+
 CASES = {
+    "many_shared_step": many_sql,
     # A[1:9:2, 3] over 3x4x2 blocks: reads blocks k0 0..2, k1 0; pieces assembled along k0
     "slice_strided_drop": lambda: slice_sql(
         src("A", (10, 7, 5), (3, 4, 2)), (1, 3, 0), (4, 1, 5), (2, 1, 1), (True, False, True)

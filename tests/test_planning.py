@@ -115,7 +115,8 @@ def test_choose_p_prefers_fewer_blocks_when_calls_are_expensive():
 
 def test_big_calls_run_as_one_threaded_gemm(s, monkeypatch):
     """The engine's model lets a call of SPLIT_FLOPS per worker or more split itself (the kernels' threaded
-    GEMM): a 1024^2 float32 matmul (2 GFLOP) is one block per operand, a 256^2 one keeps its row panels."""
+    GEMM): a 1024^2 float32 matmul (2 GFLOP) is one block per operand, a 384^2 one keeps its row panels; a
+    256^2 one (34 MFLOP) is one block again: splitting it saves less than a query step costs."""
     monkeypatch.delenv("TENSORSQL_COST_MODEL", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent-tensorsql-test")
     assert planning.load_cost_model(2, costs.PROFILE).split_flops == costs.SPLIT_FLOPS
@@ -123,6 +124,8 @@ def test_big_calls_run_as_one_threaded_gemm(s, monkeypatch):
     rel = s.einsum("ij,jk->ik", big, big)
     assert rel.plan().info.p == 1
     assert [rel.plan().block_shape(x) for x in rel.node.inputs] == [(1024, 1024), (1024, 1024)]
-    small = s.einsum("ij,jk->ik", big[:256, :256], big[:256, :256])  # 34 MFLOP: split over the workers
+    small = s.einsum("ij,jk->ik", big[:384, :384], big[:384, :384])  # 113 MFLOP: split over the workers
     assert small.plan().info.p == 2
-    assert [small.plan().block_shape(x) for x in small.node.inputs] == [(128, 256), (256, 256)]
+    assert [small.plan().block_shape(x) for x in small.node.inputs] == [(192, 384), (384, 384)]
+    tiny = s.einsum("ij,jk->ik", big[:256, :256], big[:256, :256])
+    assert tiny.plan().info.p == 1 and "must save a query step" in tiny.plan().info.notes[-1]

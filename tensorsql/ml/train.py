@@ -29,6 +29,7 @@ from tensorsql.ml.optim import SGD, Optimizer
 
 if TYPE_CHECKING:
     from tensorsql.ml.models import Model
+    from tensorsql.relation import TensorRelation
     from tensorsql.session import Session
 
 _POS = "_ts_pos"
@@ -153,10 +154,11 @@ def fit(
 
 
 class Stepper:
-    """The training step compiled once (``Session.compile``, planned once, run on new arrays each call):
-    per batch shape, (features, targets, weights) -> (loss, gradients); per weight shape, the optimizer's
-    (weight, gradient, state, step factors) -> (new weight, new state). Weights and state stay arrays
-    between steps and become relations again at ``sync``."""
+    """The training step compiled once (``Session.compile``, planned once, run on new arrays each call): per
+    batch shape, (features, targets, weights, optimizer state, step factors) -> (loss, new weights, new
+    state), one graph whose shared steps (the forward pass, each gradient) are computed once, as one SQL
+    statement where the executor can (``Executor.many``). Weights and state stay arrays between steps and
+    become relations again at ``sync``."""
 
     def __init__(self, model: Model, optimizer: Optimizer) -> None:
         self.model, self.opt, self.s = model, optimizer, model.session
@@ -166,49 +168,62 @@ class Stepper:
         else:
             self.state = [{k: np.zeros_like(p) for k in optimizer.state_names} for p in self.params]
         self.t = optimizer.steps
-        self.grads: dict[tuple, object] = {}
-        self.updates: dict[tuple, object] = {}
+        self.steps: dict[tuple, object] = {}
 
     def step(self, x: np.ndarray, y: np.ndarray) -> float:
         """One update; returns the batch's loss."""
         key = (x.shape, y.shape)
-        if key not in self.grads:
-            self.grads[key] = self._compile_grads(x, y)
-        loss, *grads = self.grads[key](x, y, *self.params)  # type: ignore[operator]
+        if key not in self.steps:
+            self.steps[key] = self._compile_step(x, y)
         self.t += 1
         factors = [np.asarray(f, dtype=self.model.dtype) for f in self.opt.factors(self.t).values()]
         names = self.opt.state_names
-        for i, (p, g) in enumerate(zip(self.params, grads, strict=True)):
-            if p.shape not in self.updates:
-                self.updates[p.shape] = self._compile_update(p.shape)
-            out = self.updates[p.shape](p, g, *[self.state[i][k] for k in names], *factors)  # type: ignore[operator]
-            out = out if isinstance(out, tuple) else (out,)
-            self.params[i] = np.asarray(out[0])
-            self.state[i] = {k: np.asarray(v) for k, v in zip(names, out[1:], strict=True)}
+        state = [st[k] for st in self.state for k in names]
+        loss, *out = self.steps[key](x, y, *self.params, *state, *factors)  # type: ignore[operator]
+        n = len(self.params)
+        self.params = [np.asarray(p) for p in out[:n]]
+        rest = iter(out[n:])
+        self.state = [{k: np.asarray(next(rest)) for k in names} for _ in range(n)]
         return float(loss)
 
-    def _compile_grads(self, x: np.ndarray, y: np.ndarray) -> object:
+    def _placeholders(self, x: np.ndarray, y: np.ndarray) -> tuple[object, object, list]:
         s, model = self.s, self.model
         xs = s.placeholder(x.shape, x.dtype, name="features")
         ys = s.placeholder(y.shape, y.dtype, name="targets")
         ps = [s.placeholder(p.shape, p.dtype, name=k) for k, p in zip(model.names, self.params, strict=True)]
+        return xs, ys, ps
+
+    def _loss(self, xs: object, ys: object, ps: list) -> TensorRelation:
+        model = self.model
         held = dict(model.params)
         model.params = dict(zip(model.names, ps, strict=True))
         try:
-            loss = model.loss(model.forward(xs), ys)
+            return model.loss(model.forward(xs), ys)
         finally:
             model.params = held
-        # the forward steps the loss and the gradients share: computed once per batch
-        return s.compile([loss, *grad(loss, ps)], [xs, ys, *ps], share=True)
 
-    def _compile_update(self, shape: tuple[int, ...]) -> object:
-        s, dtype = self.s, self.model.dtype
-        p, g = s.placeholder(shape, dtype, name="weight"), s.placeholder(shape, dtype, name="gradient")
-        state = {k: s.placeholder(shape, dtype, name=k) for k in self.opt.state_names}
+    def _compile_step(self, x: np.ndarray, y: np.ndarray) -> object:
+        s, dtype, names = self.s, self.model.dtype, self.opt.state_names
+        xs, ys, ps = self._placeholders(x, y)
+        loss = self._loss(xs, ys, ps)
+        state = [
+            {k: s.placeholder(p.shape, dtype, name=f"{w}_{k}") for k in names}
+            for w, p in zip(self.model.names, ps, strict=True)
+        ]
         factors = {k: s.placeholder((), dtype, name=k) for k in self.opt.factors(1)}
-        new, after = self.opt.update(p, g, state, factors)
-        outputs = [new, *[after[k] for k in self.opt.state_names]]
-        return s.compile(outputs, [p, g, *state.values(), *factors.values()])
+        news, after = [], []
+        for p, g, st in zip(ps, grad(loss, ps), state, strict=True):
+            new, updated = self.opt.update(p, g, st, factors)
+            news.append(new)
+            after.extend(updated[k] for k in names)
+        inputs = [xs, ys, *ps, *[st[k] for st in state for k in names], *factors.values()]
+        return s.compile([loss, *news, *after], inputs, share=True)
+
+    def _compile_grads(self, x: np.ndarray, y: np.ndarray) -> object:
+        """(features, targets, weights) -> (loss, gradients), without the update (benchmarks time it)."""
+        xs, ys, ps = self._placeholders(x, y)
+        loss = self._loss(xs, ys, ps)
+        return self.s.compile([loss, *grad(loss, ps)], [xs, ys, *ps], share=True)
 
     def sync(self) -> None:
         s = self.s

@@ -27,7 +27,7 @@ import math
 import sys
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -390,6 +390,9 @@ class DaskExecutor:
 
     def fast(self, plan: Plan) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None] | None:
         return None
+
+    def many(self, stages: Sequence[tuple[str, Plan]], outputs: Sequence[Plan]) -> None:
+        return None  # each plan runs as its own stages on the workers
 
     def run_into(
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False

@@ -27,7 +27,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -40,6 +40,7 @@ import udf_kernels
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.duckdb import allocator, catalog, costs, ingest, longrun, memory, sqlgen, statements
+from tensorsql.backends.duckdb import many as many_
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.backends.duckdb.staged import StagedRun
@@ -539,6 +540,12 @@ class DuckDBExecutor:
         if st.fast is None:
             st.fast = _fast_call(self, plan, st)
         return st.fast
+
+    def many(self, stages: Sequence[tuple[str, Plan]], outputs: Sequence[Plan]) -> many_.ManyRun | None:
+        """Several plans of one graph run as one statement (``backends.duckdb.many``): each stage's result is
+        the relation later plans read by the stage's table name; each output comes back as an array."""
+        with self._lock:
+            return many_.make(self, stages, outputs)
 
     def run_into(
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False

@@ -1004,6 +1004,59 @@ def to_sink_ast(
     return q
 
 
+def to_multi_sink_ast(
+    stages: list[tuple[str, T.Rel, Bind | None]],
+    outputs: list[tuple[T.Rel, int, Bind | None]],
+    *,
+    checks: Checks = False,
+) -> exp.Select:
+    """Several plans as one statement (a training step: the forward steps a loss and its gradients share,
+    then every output): each stage ``(table, root, bind)`` becomes the MATERIALIZED CTE ``table`` in
+    ``k0..``/``tensor`` columns (computed once, however many later plans scan it by that name), and each
+    output ``(root, key, bind)`` writes its blocks into result sink ``key`` as ``to_sink_ast`` does. One
+    row per output ``o`` (its index) with the blocks and elements it wrote, for completeness checks; an
+    output that wrote nothing has no row. ``bind`` renders the array operands of that plan."""
+    roots = [root for _, root, _ in stages] + [root for root, _, _ in outputs]
+    stage_tables = {table.lower() for table, _, _ in stages}
+    names = Names(reserved=stage_tables)
+    for root in roots:
+        names.reserved |= {scan.table.lower() for scan in _scans(root)}
+    check = checks if callable(checks) else (lambda _scan: bool(checks))
+    b = _Builder(roots[0], names, None, lambda scan: scan.table.lower() not in stage_tables and check(scan))
+    for table_name, root, bind in stages:
+        keys = tuple(f"k{i}" for i in range(len(root.schema.keys)))
+        if root.schema.keys != keys:
+            raise PlanError(f"stage {table_name!r} ends in keys {root.schema.keys}, not positional {keys}")
+        b.bind = bind or _unbound
+        q = exp.select(exp.Star()).from_(exp.Table(this=ident(b.ref(root))))
+        if T.may_pad(root):
+            q = q.where(exp.Not(this=exp.Is(this=exp.column("tensor", quoted=True), expression=exp.Null())))
+        b.ctes.append((table_name, q))
+    o, written = ident("o"), col("w", "written")
+    branches: list[exp.Select] = []
+    for j, (root, key, bind) in enumerate(outputs):
+        if len(set(root.schema.blob)) != len(root.schema.blob):
+            raise TypeError("a result sink needs one blob label per dimension")
+        b.bind = bind or _unbound
+        rows = exp.Subquery(this=_sink_rows(b, root, key), alias=exp.TableAlias(this=ident("w")))
+        branches.append(exp.select(exp.alias_(lit(j), o), written.copy()).from_(rows))
+    union: exp.Query = branches[0]
+    for branch in branches[1:]:
+        union = exp.union(union, branch, distinct=False, copy=False)
+    if b.scans:
+        union = exp.union(union, guard(list(b.scans.values()), [("o", "INTEGER"), ("written", "BIGINT")]))
+    q = exp.select(
+        col("w", "o"),
+        exp.alias_(exp.Count(this=written.copy()), ident("blocks")),
+        exp.alias_(exp.Sum(this=written.copy()), ident("elements")),
+    ).from_(exp.Subquery(this=union, alias=exp.TableAlias(this=ident("w"))))
+    q = q.group_by(col("w", "o"), copy=False)
+    for cte_name, cte in b.ctes:
+        shared = cte_name.lower() in stage_tables or None
+        q = q.with_(ident(cte_name), as_=cte, materialized=shared, copy=False)
+    return q
+
+
 def to_ast(
     root: T.Rel, *, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
 ) -> exp.Query:

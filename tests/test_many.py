@@ -1,0 +1,186 @@
+"""A compiled graph of several outputs as one statement (``Executor.many``, ``backends/duckdb/many.py``):
+the shared steps as MATERIALIZED CTEs, every output into a result sink of its own; the same results as the
+plans run one by one, and the one-by-one path wherever one statement cannot hold the graph."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import tensorsql as ts
+from tensorsql.backends.duckdb import executor as duck_executor
+from tensorsql.backends.duckdb import many
+from tensorsql.ml.train import Stepper
+
+
+@pytest.fixture(scope="module")
+def s():
+    with ts.connect(threads=2) as session:
+        yield session
+
+
+class _Counting:
+    """The executor's connection, counting the statements executed through it."""
+
+    def __init__(self, con):
+        self.con, self.texts = con, []
+
+    def execute(self, text, *args):
+        self.texts.append(text)
+        return self.con.execute(text, *args)
+
+    def __getattr__(self, name):
+        return getattr(self.con, name)
+
+
+def _graph(s, shapes, dtype="float64"):
+    """A loss over placeholders and its gradients: tanh(X @ W) feeds the loss and both gradients."""
+    (m, k), (_, n) = shapes
+    X = s.placeholder((m, k), dtype, name="x")
+    W = s.placeholder((k, n), dtype, name="w")
+    Y = s.placeholder((m, n), dtype, name="y")
+    h = ts.tanh(X @ W)
+    loss = ((h - Y) ** 2).sum() + (h * 0.5).sum()
+    return [loss, *ts.grad(loss, [W, X])], [X, W, Y]
+
+
+def _arrays(shapes, seed, dtype="float64"):
+    rng = np.random.default_rng(seed)
+    (m, k), (_, n) = shapes
+    return [rng.standard_normal(sh).astype(dtype) for sh in ((m, k), (k, n), (m, n))]
+
+
+def _assert_same(got, want, dtype="float64"):
+    eps = np.finfo(dtype).eps
+    for g, w in zip(got, want, strict=True):
+        scale = max(1.0, float(np.abs(w).max()))
+        np.testing.assert_allclose(g, w, rtol=0, atol=1e3 * eps * scale)
+
+
+@pytest.mark.parametrize("shapes", [((6, 4), (4, 3)), ((400, 300), (300, 200)), ((1, 1), (1, 1))])
+def test_one_statement_equals_the_plans_one_by_one(s, shapes):
+    """Small (one block each) and big enough to be split over the 2 threads: the same values either way."""
+    outputs, inputs = _graph(s, shapes)
+    together = s.compile(outputs, inputs, share=True)
+    apart = s.compile(outputs, inputs)
+    assert together._many is not None and apart._many is None
+    for seed in range(2):  # planned once, run on new arrays each call
+        arrays = _arrays(shapes, seed)
+        _assert_same(together(*arrays), apart(*arrays))
+
+
+def test_the_call_is_one_statement_and_each_shared_step_one_cte(s, monkeypatch):
+    outputs, inputs = _graph(s, ((8, 5), (5, 3)))
+    counting = _Counting(s.executor.con)
+    monkeypatch.setattr(s.executor, "con", counting)
+    f = s.compile(outputs, inputs, share=True)
+    run, _ = f._many
+    text = many.text(run)
+    shared = text.count("AS MATERIALIZED")
+    assert shared >= 1 and text.count("tensor_") > 0
+    arrays = _arrays(((8, 5), (5, 3)), 3)
+    want = s.compile(outputs, inputs)(*arrays)
+    for call in range(3):
+        counting.texts.clear()
+        _assert_same(f(*arrays), want)
+        # the text, then PREPARE and EXECUTE, then EXECUTE alone
+        assert len(counting.texts) == (1 if call == 0 else 2 if call == 1 else 1), counting.texts
+
+
+def test_without_many_each_plan_runs_by_itself(s, monkeypatch):
+    """An executor that cannot (the cluster's ``many`` returns None): the shared steps run first, as before."""
+    outputs, inputs = _graph(s, ((7, 3), (3, 2)))
+    monkeypatch.setattr(s.executor, "many", lambda stages, outs: None)
+    f = s.compile(outputs, inputs, share=True)
+    assert f._many is None and f._stages
+    arrays = _arrays(((7, 3), (3, 2)), 4)
+    monkeypatch.undo()
+    _assert_same(f(*arrays), s.compile(outputs, inputs, share=True)(*arrays))
+
+
+def test_an_operand_too_big_to_lend_runs_plan_by_plan(s, monkeypatch):
+    monkeypatch.setattr(duck_executor, "BLOCK_SLOT_BYTES", 64)
+    outputs, inputs = _graph(s, ((9, 4), (4, 3)))
+    f = s.compile(outputs, inputs, share=True)
+    assert f._many is None
+    monkeypatch.undo()
+    arrays = _arrays(((9, 4), (4, 3)), 5)
+    _assert_same(f(*arrays), s.compile(outputs, inputs)(*arrays))
+
+
+def _sparse(s, x, block_shape, keep):
+    """x stored with only the blocks at ``keep`` (the others absent: zeros)."""
+    rows = {"k0": [], "k1": [], "tensor": []}
+    for i, j in keep:
+        blk = x[i * block_shape[0] : (i + 1) * block_shape[0], j * block_shape[1] : (j + 1) * block_shape[1]]
+        rows["k0"].append(i)
+        rows["k1"].append(j)
+        rows["tensor"].append(np.ascontiguousarray(blk).tobytes())
+    meta = {
+        b"tensorsql.shape": str(list(x.shape)).encode(),
+        b"tensorsql.block_shape": str(list(block_shape)).encode(),
+        b"tensorsql.dtype": str(x.dtype).encode(),
+    }
+    table = pa.table(
+        {
+            "k0": pa.array(rows["k0"], pa.int32()),
+            "k1": pa.array(rows["k1"], pa.int32()),
+            "tensor": pa.array(rows["tensor"], pa.binary()),
+        }
+    ).replace_schema_metadata(meta)
+    return s.from_arrow(table)
+
+
+def test_absent_blocks_of_a_stored_input_are_zeros(s):
+    """An output that misses blocks (a sparse stored input) is not complete in the one statement: that call
+    runs the plans one by one, which fill them with zeros."""
+    rng = np.random.default_rng(6)
+    a = rng.standard_normal((8, 6))
+    dense = a.copy()
+    dense[4:] = 0
+    A = _sparse(s, a, (4, 6), [(0, 0)])  # the second row panel is absent
+    W = s.placeholder((6, 3), "float64", name="w")
+    h = A @ W
+    outputs = [h.sum(), h * 2.0, ts.exp(h)]
+    f = s.compile(outputs, [W], share=True)
+    w = rng.standard_normal((6, 3))
+    got = f(w)
+    want = dense @ w
+    _assert_same(got, [want.sum(), want * 2.0, np.exp(want)])
+
+
+def test_a_shape_error_names_the_input(s):
+    outputs, inputs = _graph(s, ((4, 3), (3, 2)))
+    f = s.compile(outputs, inputs, share=True)
+    x, w, y = _arrays(((4, 3), (3, 2)), 7)
+    with pytest.raises(ts.ShapeError, match=r"input 1 \('w'\) has shape \(2, 3\)"):
+        f(x, w.T.copy(), y)
+    with pytest.raises(ts.SessionClosedError):
+        closed = ts.connect()
+        outs, ins = _graph(closed, ((2, 2), (2, 2)))
+        g = closed.compile(outs, ins, share=True)
+        closed.close()
+        g(*_arrays(((2, 2), (2, 2)), 8))
+
+
+@pytest.mark.parametrize(
+    "make", [lambda: ts.ml.SGD(0.1, momentum=0.9), lambda: ts.ml.Adam(0.01)], ids=["sgd", "adam"]
+)
+def test_a_training_step_is_one_statement(s, make, monkeypatch):
+    """``fit``'s step (loss, gradients and every weight's and state's update) as one statement; the same
+    weights as the update run plan by plan."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((64, 5))
+    labels = (x @ rng.standard_normal(5) > 0).astype(np.int64)
+    model = ts.ml.MLP(s, [5, 4, 2], dtype="float64", seed=0)
+    one = Stepper(model, make())
+    losses = [one.step(x, model.targets(labels)) for _ in range(3)]
+    assert all(c._many is not None for c in one.steps.values())
+    monkeypatch.setattr(s.executor, "many", lambda stages, outs: None)
+    apart = Stepper(model, make())
+    want = [apart.step(x, model.targets(labels)) for _ in range(3)]
+    assert all(c._many is None for c in apart.steps.values())
+    np.testing.assert_allclose(losses, want, rtol=1e-12, atol=1e-12)
+    for p, q in zip(one.params, apart.params, strict=True):
+        np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-12)
