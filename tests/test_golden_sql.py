@@ -45,7 +45,8 @@ def many_sql():
     stage = ein("ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5)))
     blocks = tuple(stage.schema.blocks[k] for k in stage.schema.keys)
     shared = src("_ts_shared_0_0", (8, 10), blocks)
-    outputs = [(ein("ik->", shared), 11, None), (ein("ik,kl->il", shared, src("C", (10, 2), (10, 2))), 12, None)]
+    product = ein("ik,kl->il", shared, src("C", (10, 2), (10, 2)))
+    outputs = [(ein("ik->", shared), 11, None), (product, 12, None)]
     ast = sqlgen.to_multi_sink_ast([("_ts_shared_0_0", stage, None)], outputs)
     return sqlgen.sql_text(ast, pretty=True) + "\n"
 

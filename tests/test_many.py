@@ -89,7 +89,8 @@ def test_the_call_is_one_statement_and_each_shared_step_one_cte(s, monkeypatch):
 
 
 def test_without_many_each_plan_runs_by_itself(s, monkeypatch):
-    """An executor that cannot (the cluster's ``many`` returns None): the shared steps run first, as before."""
+    """An executor that cannot (the cluster's ``many`` returns None): the shared steps run first, as
+    before."""
     outputs, inputs = _graph(s, ((7, 3), (3, 2)))
     monkeypatch.setattr(s.executor, "many", lambda stages, outs: None)
     f = s.compile(outputs, inputs, share=True)
