@@ -2,17 +2,14 @@ WITH "t0" AS (
   SELECT
     "x"."k0" AS "k0",
     "y"."k1" AS "k1",
-    tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 40], "y"."tensor", [40, 3]) AS "tensor"
+    tensor_einsum('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 40], "y"."tensor", [40, 3]) AS "tensor"
   FROM "A" AS "x"
   POSITIONAL JOIN "B" AS "y"
-  GROUP BY
-    "x"."k0",
-    "y"."k1"
 ), "t1" AS (
   SELECT
     "y"."k0" AS "k0",
     "x"."k1" AS "k1",
-    tensor_einsum_agg('ab,ca->cb', 'multiply', 'sum', 'float64', "x"."tensor", [3, 10], "y"."tensor", [4, 3]) AS "tensor"
+    tensor_einsum('ab,ca->cb', 'multiply', 'sum', 'float64', "x"."tensor", [3, 10], "y"."tensor", [4, 3]) AS "tensor"
   FROM "C" AS "x"
   POSITIONAL JOIN (
     SELECT
@@ -24,9 +21,6 @@ WITH "t0" AS (
       ))) AS "__ts_rep"
     FROM "t0" AS "y"
   ) AS "y"
-  GROUP BY
-    "y"."k0",
-    "x"."k1"
 )
 SELECT
   *

@@ -105,12 +105,9 @@ FROM (
           SELECT
             "x"."k0" AS "k0",
             "y"."k1" AS "k1",
-            tensor_einsum_agg('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 4], "y"."tensor", [4, 4]) AS "tensor"
+            tensor_einsum('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 4], "y"."tensor", [4, 4]) AS "tensor"
           FROM "t0" AS "x"
-          POSITIONAL JOIN "t0" AS "y"
-          GROUP BY
-            "x"."k0",
-            "y"."k1"
+          CROSS JOIN "t0" AS "y"
         )
         SELECT
           *

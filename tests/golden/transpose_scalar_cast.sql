@@ -23,7 +23,7 @@ WITH "t0" AS (
       CAST([] AS BIGINT[])
     ) AS "tensor"
   FROM "t0" AS "x"
-  POSITIONAL JOIN "t1" AS "y"
+  CROSS JOIN "t1" AS "y"
 )
 SELECT
   *

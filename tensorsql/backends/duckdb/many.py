@@ -34,6 +34,8 @@ if TYPE_CHECKING:
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
 _ids = itertools.count()
+#: a statement of fewer (weighted) flops that reads no stored table runs on the single-threaded lane
+LANE_FLOPS = 1e8
 
 #: what ``many`` returns: bindings -> the outputs' arrays (None: not every element was written, so the
 #: caller runs the plans one by one, which fill absent blocks with zeros)
@@ -52,6 +54,8 @@ class _Many:
     work: tuple[float, float]
     long: bool
     plans: list[Plan]
+    #: runs on the executor's single-threaded lane (``DuckDBExecutor``'s docstring): reads no stored table
+    lane: bool = False
     prepared: str | None = None
     execute: str = ""
     unpreparable: bool = False
@@ -88,12 +92,16 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
     sinks = [udf_sink.Slot(ex.kernels) for _ in outputs]
 
     def binder(plan: Plan) -> sqlgen.Bind:
+        # in a plan of one block per step every read of an inlined operand is made once: inline any lent
+        # one-block operand (elsewhere it would be copied for every row of the other side: up to SLOT_BYTES)
+        inline = BLOCK_SLOT_BYTES if _one_row(plan.tra) else SLOT_BYTES
+
         def bind(rel: T.Input) -> exp.Select | sqlgen.Scalar:
             op = plan.operands[rel.index]
             key = slots[index[op]].key
             block = plan.block_shape(op)
             nbytes = math.prod(op.shape) * DTYPES[op.dtype].itemsize
-            if nbytes <= SLOT_BYTES and all(b >= n for b, n in zip(block, op.shape, strict=True)):
+            if nbytes <= inline and all(b >= n for b, n in zip(block, op.shape, strict=True)):
                 cast = exp.Cast(this=sqlgen.lit(key), to=exp.DataType.build("BIGINT"))
                 return sqlgen.Scalar(sqlgen.call("tensor_source", cast))
             return sqlgen.slot_blocks(key, rel.schema.keys, op.shape, block)
@@ -118,8 +126,26 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
         long=longrun.is_long(work[1], ex.workers),
         plans=plans,
     )
+    stages_tables = {table for table, _ in stages}
+    reads = {scan.table for plan in plans for scan in sqlgen._scans(plan.tra)} - stages_tables
+    m.lane = not m.long and not reads and work[1] < LANE_FLOPS
     run = _runner(ex, m)
     return run
+
+
+def _one_row(root: T.Rel) -> bool:
+    """Whether every step of the plan is one block (each relation one row)."""
+    seen: set[T.Rel] = set()
+    stack = [root]
+    while stack:
+        rel = stack.pop()
+        if rel in seen:
+            continue
+        seen.add(rel)
+        if any(rel.schema.nblocks(k) > 1 for k in rel.schema.keys):
+            return False
+        stack.extend(T.inputs(rel))
+    return True
 
 
 def text(run: ManyRun) -> str:
@@ -133,7 +159,8 @@ _TEXTS: weakref.WeakKeyDictionary[Callable, str] = weakref.WeakKeyDictionary()
 def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
     from tensorsql.backends.duckdb.executor import _check_operand, _deallocate
 
-    lock, con = ex._lock, ex.con
+    lock = ex._lock
+    con = (ex._lane_con() if m.lane else None) or ex.con
     ex_ref = weakref.ref(ex)
 
     def execute() -> list[tuple]:
@@ -148,14 +175,14 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
                 m.unpreparable = True
                 return con.execute(m.text).fetchall()
             m.prepared, m.execute = name, statements.execute(name)
-            weakref.finalize(run, _deallocate, ex_ref, name)
+            weakref.finalize(run, _deallocate, ex_ref, name, m.lane)
         try:
             return con.execute(m.execute).fetchall()
         except (duckdb.InvalidInputException, duckdb.InterruptException):
             raise  # the data's fault (a kernel's or a stored table's check) or Ctrl-C: not the statement's
         except duckdb.Error:
             name, m.prepared, m.unpreparable = m.prepared, None, True
-            _deallocate(ex_ref, name)
+            _deallocate(ex_ref, name, m.lane)
             return con.execute(m.text).fetchall()
 
     def run(bindings: Mapping[E.Operand, np.ndarray]) -> list[np.ndarray] | None:

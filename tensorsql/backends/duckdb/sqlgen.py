@@ -211,8 +211,14 @@ def _grouped(scans: list[tuple[int, T.Scan]], row: GuardCells) -> exp.Select:
         copy=False,
     )
     abouts = {i: lit(_about(scan, "keys")) for i, scan in scans}
-    about = next(iter(abouts.values())) if len(abouts) == 1 else exp.Case(
-        ifs=[exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()]
+    about = (
+        next(iter(abouts.values()))
+        if len(abouts) == 1
+        else exp.Case(
+            ifs=[
+                exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()
+            ]
+        )
     )
     failed = _failure(about, [col("g", f"k{d}") for d in range(rank)], col("g", "n"))
     q = exp.select(*row(failed), copy=False).from_(per_key.subquery("g"), copy=False)
@@ -354,18 +360,41 @@ def _zero() -> exp.Expression:
     return exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER"))
 
 
-def _from(*srcs: Src) -> exp.Select:
-    """SELECT over the sides that are tables, side by side (POSITIONAL JOIN); inlined sides need no FROM."""
+#: one-row sides computed in the statement whose blocks are at most this many bytes are paired by CROSS JOIN
+#: rather than POSITIONAL JOIN: DuckDB's positional join cost ~85 us per join of two one-row sides (a chain of
+#: 20 small element-wise steps: 2.1 ms, against 1.1 ms cross joined); a cross join copies its build side,
+#: which costs more than that from a few MiB on (4 MiB blocks: 1.5 ms positional, 2.7 ms cross, per join)
+CROSS_BYTES = 1 << 20
+
+
+def _from(*srcs: Src, cross: bool = False) -> exp.Select:
+    """SELECT over the sides that are tables, side by side (POSITIONAL JOIN; ``cross``: CROSS JOIN, for
+    sides of at most one row each); inlined sides need no FROM."""
     q = exp.select()
     tables = [src.table for src in srcs if src.table is not None]
     if tables:
         q = q.from_(tables[0])
         for t in tables[1:]:
-            q = q.join(exp.Join(this=t, method="POSITIONAL"), copy=False)
+            q = (
+                q.join(t, join_type="cross", copy=False)
+                if cross
+                else q.join(exp.Join(this=t, method="POSITIONAL"), copy=False)
+            )
     for src in srcs:
         for cond in src.where:
             q = q.where(cond, copy=False)
     return q
+
+
+def _small_computed(rel: T.Rel, computed: set[str]) -> bool:
+    """A side made in the statement (not a stored table, read in place by a positional scan; ``computed``:
+    tables that are CTEs of the statement) whose one block takes at most ``CROSS_BYTES``."""
+    leaf = rel.child if isinstance(rel, T.Relabel | T.Restrict) else rel
+    leaf = leaf.child if isinstance(leaf, T.Restrict) else leaf
+    if isinstance(leaf, T.Scan) and leaf.table.lower() not in computed:
+        return False
+    s = rel.schema
+    return math.prod(min(s.blocks[k], s.sizes[k]) for k in s.keys) * DTYPES[s.dtype].itemsize <= CROSS_BYTES
 
 
 @dataclass
@@ -465,6 +494,48 @@ class _Builder:
         self.check: Callable[[T.Scan], bool] = checks if callable(checks) else (lambda _scan: bool(checks))
         #: the stored tables read, once each (by table and metadata)
         self.scans: dict[tuple[object, ...], T.Scan] = {}
+        #: "tables" that are CTEs of this statement (``to_multi_sink_ast``'s stages), lower case
+        self.computed: set[str] = set()
+        #: how many relations read each relation (``inline_row`` inlines one read once)
+        self.uses: dict[T.Rel, int] = {}
+        self.count(root)
+
+    def count(self, root: T.Rel) -> None:
+        """Adds the reads of ``root``'s relations (``root`` itself is read once: by the statement)."""
+        self.uses[root] = self.uses.get(root, 0) + 1
+        if self.uses[root] > 1:
+            return
+        stack = [root]
+        while stack:
+            for child in T.inputs(stack.pop()):
+                self.uses[child] = self.uses.get(child, 0) + 1
+                if self.uses[child] == 1:
+                    stack.append(child)
+
+    def inline_row(self, rel: T.Rel) -> exp.Expression | None:
+        """The block of a one-row relation read once, as an expression, when it needs no FROM (every input
+        of its row inlined): its reader nests the kernel calls instead of joining a CTE of one row (DuckDB
+        pairs two one-row CTEs in ~45 us, a nested call costs ~4 us). None otherwise."""
+        if rel in self.refs or self.uses.get(rel, 0) != 1:
+            return None
+        if any(rel.schema.nblocks(k) > 1 for k in rel.schema.keys):
+            return None
+        if isinstance(rel, T.Positional) and isinstance(rel.child, T.Aggregate | T.Join | T.Unary):
+            return self.inline_row(rel.child)
+        if isinstance(rel, T.Aggregate):
+            if not isinstance(rel.child, T.Join) or not _single_pairs(rel) or self.uses.get(rel.child) != 1:
+                return None
+            row = self.row(rel.child)
+            if not _fused(rel, row):
+                return None
+        elif isinstance(rel, T.Join | T.Unary | T.MapBlocks | T.CastBlocks | T.Fused):
+            row = self.row(rel)
+        else:
+            return None
+        q = row.source
+        if q.args.get("from_") is not None or q.args.get("joins") or q.args.get("where") is not None:
+            return None
+        return row.tensor
 
     def ref(self, rel: T.Rel) -> str:
         if isinstance(rel, T.Scan):
@@ -495,11 +566,19 @@ class _Builder:
         bound = self.bind(leaf)
         return bound if isinstance(bound, Scalar) else None
 
-    def src(self, rel: T.Rel, alias: str) -> Src:
+    def src(self, rel: T.Rel, alias: str, one_row: bool = False) -> Src:
+        """``rel`` as an input of a row-wise SELECT; ``one_row``: the reader makes one row, so an inlined
+        block is computed once."""
         inline = self.scalar(rel)
+        labels = rel.labels if isinstance(rel, T.Relabel) else rel.schema.keys
         if inline is not None:
-            labels = rel.labels if isinstance(rel, T.Relabel) else rel.schema.keys
             return Src(None, {lab: _zero() for lab in labels}, [], alias, value=inline.tensor)
+        if one_row:
+            leaf = rel.child if isinstance(rel, T.Relabel) else rel
+            if leaf is rel or self.uses.get(rel) == 1:
+                value = self.inline_row(leaf)
+                if value is not None:
+                    return Src(None, {lab: _zero() for lab in labels}, [], alias, value=value)
         if isinstance(rel, T.Restrict):
             inner = self.src(rel.child, alias)
             if inner.table is not None:
@@ -563,7 +642,8 @@ class _Builder:
             return self.fused(rel)
         if isinstance(rel, T.Join):
             x, y = rel.left.schema, rel.right.schema
-            sx, sy = self.src(rel.left, "x"), self.src(rel.right, "y")
+            one = all(s.nblocks(k) == 1 for k in s.keys)
+            sx, sy = self.src(rel.left, "x", one), self.src(rel.right, "y", one)
             q = self.pair(rel, sx, sy)
             keys = {k: (sx.cols[k] if k in sx.cols else sy.cols[k]).copy() for k in s.keys}
             tensor = call(
@@ -583,7 +663,7 @@ class _Builder:
         if isinstance(rel, T.Relabel | T.Restrict):
             sc = self.src(rel, "c")
             return Row(_from(sc), sc.cols, sc.tensor())
-        sc = self.src(child, "c")
+        sc = self.src(child, "c", all(s.nblocks(k) == 1 for k in s.keys))
         q = _from(sc)
         keys = {k: sc.cols[k].copy() for k in c.keys}
         if isinstance(rel, T.Unary):
@@ -614,9 +694,9 @@ class _Builder:
         side by side (POSITIONAL JOIN). Over stored tables DuckDB reads them as one positional scan, which
         copies no block; a cross product would materialize every input but one (~0.6 GB/s measured). An input
         without its block (no row, or a NULL padding row) makes the result NULL: an absent block."""
-        srcs = [self.src(child, f"x{i}") for i, child in enumerate(rel.children)]
+        srcs = [self.src(child, f"x{i}", True) for i, child in enumerate(rel.children)]
         shapes = [lit(child.schema.sizes[k]) for child in rel.children for k in child.schema.blob]
-        q = _from(*srcs)
+        q = _from(*srcs, cross=all(_small_computed(child, self.computed) for child in rel.children))
         keys = {k: exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for k in rel.schema.keys}
         tensor = call(
             "tensor_einsum_path",
@@ -636,7 +716,9 @@ class _Builder:
             # neither block (a hash join copies its build side: ~15 ms for a 64 MiB block). An inlined
             # one-block side pairs with every row of the other by itself: its keys are 0 and so are the
             # other side's keys of every label they share (one block along it too)
-            return _from(sx, sy)
+            return _from(
+                sx, sy, cross=_small_computed(left, self.computed) and _small_computed(right, self.computed)
+            )
         if join.method in ("repeat_left", "repeat_right"):
             small, big, big_rel = (sx, sy, right) if join.method == "repeat_left" else (sy, sx, left)
             return _positional(small, big, self.rows(big, big_rel))
@@ -676,6 +758,10 @@ class _Builder:
             row = Row(_from(sc), sc.cols, sc.tensor())
         order = list(rename) if rename else list(rel.schema.keys)
         keys = {(rename or {}).get(k, k): row.keys[k] for k in order}
+        if _fused(rel, row) and _single_pairs(rel):
+            # every group is one joined pair: its product is the block, no aggregate (DuckDB's hash
+            # aggregate costs ~25 us per step of one row, and the aggregate state copies the block)
+            return self.finish(Row(row.source, keys, row.tensor))
         if _fused(rel, row):
             # tensor_<agg>(tensor_einsum(...)) as one native aggregate: the block products accumulate into
             # the group's output block (GEMM with beta=1 for multiply/sum), no product blob per joined pair
@@ -801,8 +887,10 @@ class _Builder:
                 if kept is not None:
                     bt, total = dst.blocks[kept], dst.sizes[kept]
                     targets = [p[1] for p in pieces]
-                    whole = whole and len(set(targets)) == len(targets) and all(
-                        p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces
+                    whole = (
+                        whole
+                        and len(set(targets)) == len(targets)
+                        and all(p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces)
                     )
             start.append(a)
             count.append(n)
@@ -866,6 +954,13 @@ def _fused(rel: T.Aggregate, row: Row) -> bool:
         and row.tensor.name == "tensor_einsum"
         and rel.child.agg == rel.agg
     )
+
+
+def _single_pairs(rel: T.Aggregate) -> bool:
+    """Whether every group of the aggregate over a join is one joined pair: each label it sums over is one
+    block (so is each key of a side it does not keep, and none is repeated)."""
+    js = rel.child.schema
+    return all(js.blocks[lab] >= js.sizes[lab] for lab in js.keys if lab not in rel.schema.keys)
 
 
 def _filtered(src: Src, *cols: exp.Expression) -> exp.Select:
@@ -1023,6 +1118,9 @@ def to_multi_sink_ast(
         names.reserved |= {scan.table.lower() for scan in _scans(root)}
     check = checks if callable(checks) else (lambda _scan: bool(checks))
     b = _Builder(roots[0], names, None, lambda scan: scan.table.lower() not in stage_tables and check(scan))
+    b.computed = stage_tables
+    for root in roots[1:]:
+        b.count(root)
     for table_name, root, bind in stages:
         keys = tuple(f"k{i}" for i in range(len(root.schema.keys)))
         if root.schema.keys != keys:
