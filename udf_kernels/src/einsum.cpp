@@ -182,7 +182,7 @@ public:
 		if (gemm_) {
 			contract<T>(*c_, x, y, z, false, budget_, scratch_);
 		} else {
-			run_join_steps<T>(control_of(budget_), r.join, r.agg, *plan_, x, y, z, false, fn);
+			run_join_steps<T>(budget_, r.join, r.agg, *plan_, x, y, z, false, fn);
 		}
 	}
 	// Scratch for an output that has no place of its own.
@@ -726,7 +726,7 @@ void agg_update(duckdb_function_info info, duckdb_data_chunk input, duckdb_aggre
 					st->to_z();
 					const T *x = aligned_view<T>(r.xb, xa);
 					const T *y = aligned_view<T>(r.yb, ya);
-					run_join_steps<T>(control_of(budget), r.join, r.agg, *plan, x, y, st->buf.template as<T>(), true,
+					run_join_steps<T>(budget, r.join, r.agg, *plan, x, y, st->buf.template as<T>(), true,
 					                  FN);
 				}
 			});
@@ -916,7 +916,8 @@ void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 		BlockCol x(input, 3, 4, "x");
 		Cached<Spec> specs;
 		Cached<Agg> aggs;
-		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		void *extra = duckdb_scalar_function_get_extra_info(info);
+		MemoryBudget *mem = memory_of_info(extra);
 		AlignedBuf xa(mem, FN, "an aligned copy of operand x"), zb(mem, FN, "the output block");
 		CallCharge charged(mem, FN);
 		static const char *const names[] = {"x", "y"};
@@ -933,7 +934,7 @@ void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_v
 				using T = typename decltype(tag)::type;
 				const T *xp = aligned_view<T>(x.bytes, xa);
 				T *z = reinterpret_cast<T *>(zb.resize(out_bytes));
-				run_unary<T>(agg, plan, xp, z, FN);
+				run_unary<T>(budget_of(extra), agg, plan, xp, z, FN);
 			});
 			charged.add(out_bytes, "the result blobs of a chunk");
 			set_blob(output, row, zb.data(), out_bytes);

@@ -223,6 +223,37 @@ inline Control *control_of(ThreadBudget *budget) {
 	return budget != nullptr ? &budget->control() : nullptr;
 }
 
+// Tokens taken from a budget (acquire), given back when it goes out of scope.
+struct Lease {
+	ThreadBudget *budget;
+	int n;
+	~Lease() {
+		if (budget != nullptr) {
+			budget->release(n);
+		}
+	}
+};
+
+// Splits [0, chunks) into `threads` contiguous ranges run on the budget's pool (the first on this thread).
+template <class F>
+void parallel_chunks(ThreadBudget *budget, int threads, int64_t chunks, F &&body) {
+	if (budget == nullptr || threads <= 1 || chunks <= 1) {
+		body(int64_t(0), chunks);
+		return;
+	}
+	const int t = static_cast<int>(chunks < threads ? chunks : threads);
+	budget->run(t, [&](int i) { body(chunks * i / t, chunks * (i + 1) / t); });
+}
+
+// How many threads a memory-bound loop over `elements` elements may use (at most `total`): a pool hand-off
+// costs ~10 us, an element of an element-wise step ~0.5-2 ns, so a thread takes at least kLoopElementsPerThread.
+constexpr double kLoopElementsPerThread = 262144.0;
+inline int loop_threads_wanted(double elements, int total) {
+	const double w = elements / kLoopElementsPerThread;
+	return w >= total ? total : (w < 1 ? 1 : static_cast<int>(w));
+}
+
+
 // The database's kernel memory budget (control.hpp), or null without a budget (nothing is charged then).
 inline MemoryBudget *memory_of(ThreadBudget *budget) {
 	return budget != nullptr ? &budget->control().memory() : nullptr;

@@ -20,16 +20,20 @@
 
 namespace tsk {
 
-// z = the AGG-reduction of JOIN(x, y) over plan p's inner loops, or with `accumulate` z[i] = AGG(z[i], it).
-// With a Control and over ~2e8 flops it runs the output's outer loops in steps, checking for cancellation and
-// counting progress between them (the same element order as one call, so the same result).
-template <class T>
-void run_join_steps(Control *ctl, Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z, bool accumulate,
-                    const char *fn);
+class ThreadBudget;
 
-// z = the AGG-reduction of x over plan p's inner loops (tensor_einsum1: transposes, diagonals, reductions).
+// z = the AGG-reduction of JOIN(x, y) over plan p's inner loops, or with `accumulate` z[i] = AGG(z[i], it).
+// With the database's budget (gemm.hpp; null: none) and over ~2e8 flops it runs the output's outer loops in
+// steps, checking for cancellation and counting progress between them; a big output is split over the budget's
+// threads (each element computed as in one call, so the same result).
 template <class T>
-void run_unary(Agg agg, const Plan &p, const T *x, T *z, const char *fn);
+void run_join_steps(ThreadBudget *budget, Join join, Agg agg, const Plan &p, const T *x, const T *y, T *z,
+                    bool accumulate, const char *fn);
+
+// z = the AGG-reduction of x over plan p's inner loops (tensor_einsum1: transposes, diagonals, reductions),
+// split over the budget's threads when big (as run_join_steps).
+template <class T>
+void run_unary(ThreadBudget *budget, Agg agg, const Plan &p, const T *x, T *z, const char *fn);
 
 [[noreturn]] inline void not_for_complex(const char *fn, const char *what, const char *name, const char *dtype) {
 	fail(std::string(fn) + ": " + what + " '" + name + "' is not defined for complex (dtype " + dtype + ")");

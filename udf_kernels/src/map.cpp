@@ -1,6 +1,7 @@
 // tensor_map (elementwise functions) and tensor_cast (numpy astype between the six dtypes).
 #include "dtype.hpp"
 #include "functions.hpp"
+#include "gemm.hpp"
 #include "ops.hpp"
 #include "rows.hpp"
 
@@ -36,17 +37,34 @@ bool integer_in_range(double param) {
 	return param == std::floor(param) && param >= lo && param < hi; // false for nan and +-inf
 }
 
+// out[i] = op(in[i]) for i in [i0, i1): the pointers are parameters, not captured, so the loop vectorizes
 template <class T, class Op>
-void apply_all(const unsigned char *in, unsigned char *out, uint64_t n, Op op) {
-	for (uint64_t i = 0; i < n; i++) {
+void apply_range(const unsigned char *in, unsigned char *out, uint64_t i0, uint64_t i1, Op op) {
+	for (uint64_t i = i0; i < i1; i++) {
 		store<T>(out + i * sizeof(T), op(load<T>(in + i * sizeof(T))));
 	}
 }
 
+// out[i] = op(in[i]) for i < n, split over the database's threads when big (gemm.hpp: loop_threads_wanted).
+template <class T, class Op>
+void apply_all(ThreadBudget *budget, const unsigned char *in, unsigned char *out, uint64_t n, Op op) {
+	const auto run = [in, out, op](int64_t i0, int64_t i1) {
+		apply_range<T>(in, out, static_cast<uint64_t>(i0), static_cast<uint64_t>(i1), op);
+	};
+	const int want = budget != nullptr ? loop_threads_wanted(static_cast<double>(n), budget->total()) : 1;
+	if (want <= 1) {
+		run(0, static_cast<int64_t>(n));
+		return;
+	}
+	const int got = budget->acquire(want);
+	Lease lease {budget, got};
+	parallel_chunks(budget, got, static_cast<int64_t>(n), run);
+}
+
 // out = map f of in (n elements of T), after the checks of the map's flags (ops.hpp).
 template <class T>
-void map_kernel(Fn f, const unsigned char *in, unsigned char *out, uint64_t n, bool has_param, double param,
-                const char *FN) {
+void map_kernel(ThreadBudget *budget, Fn f, const unsigned char *in, unsigned char *out, uint64_t n, bool has_param,
+                double param, const char *FN) {
 	with_map(f, [&](auto tag) {
 		using M = decltype(tag);
 		const std::string where = std::string(FN) + ": fn '" + M::kName + "' ";
@@ -84,7 +102,7 @@ void map_kernel(Fn f, const unsigned char *in, unsigned char *out, uint64_t n, b
 					p.small_power = p.by_squaring ? static_cast<int>(param) : 0;
 				}
 			}
-			apply_all<T>(in, out, n, [p](T v) { return M::template f<T>(v, p); });
+			apply_all<T>(budget, in, out, n, [p](T v) { return M::template f<T>(v, p); });
 		}
 	});
 }
@@ -97,7 +115,8 @@ void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 		BlobCol x(input, 2);
 		Col param_c = with_param ? Col(input, 3) : Col(input, 2);
 		Cached<Fn> fns;
-		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
+		MemoryBudget *mem = memory_of(budget);
 		AlignedBuf zb(mem, FN, "the output block");
 		CallCharge charged(mem, FN);
 		const auto args_valid = all_valid(fn_c, dtype_c, x);
@@ -110,7 +129,7 @@ void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 			unsigned char *z = zb.resize(x.bytes.size);
 			dispatch(dt, [&](auto tag) {
 				using T = typename decltype(tag)::type;
-				map_kernel<T>(f, x.bytes.udata(), z, n, with_param, param, FN);
+				map_kernel<T>(budget, f, x.bytes.udata(), z, n, with_param, param, FN);
 			});
 			charged.add(x.bytes.size, "the result blobs of a chunk");
 			set_blob(output, row, z, x.bytes.size);
@@ -133,7 +152,8 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 	guard_scalar(info, FN, [&] {
 		BlobCol x(input, 0);
 		DTypeCol from_c(input, 1), to_c(input, 2);
-		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
+		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
+		MemoryBudget *mem = memory_of(budget);
 		AlignedBuf zb(mem, FN, "the output block");
 		CallCharge charged(mem, FN);
 		scalar_rows(input, output, all_valid(x, from_c, to_c), [&](idx_t row) {
