@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -38,6 +39,22 @@ _REAL = ("float32", "float64")
 _COMPARISONS = ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
 
 Terms = list[tuple[object, tuple[int, ...]]]
+
+
+@dataclass(frozen=True)
+class _Bcast:
+    """An adjoint that is constant along some dimensions of its node (the gradient of a sum over them, say):
+    ``rel`` holds it over the node's dimensions ``dims`` (in order). Rules that read it as a term of an
+    einsum broadcast it for free ('abc,ab->abc'); a full tensor is made only where one is needed (a map's
+    rule, a result), where a ones vector broadcast it in every case before (a softmax's backward pass wrote
+    its (heads, seq, seq) row sums out in full and then subtracted them)."""
+
+    rel: TensorRelation
+    dims: tuple[int, ...]
+
+
+#: an adjoint: a relation of its node's shape, or one broadcast along some dimensions
+Adjoint = "TensorRelation | _Bcast"
 
 
 def grad(loss: TensorRelation, wrt: Sequence[TensorRelation]) -> list[TensorRelation]:
@@ -97,7 +114,7 @@ class _Backward:
         for node in order:
             if node in targets or any(c in needed for c in E.children(node)):
                 needed.add(node)
-        adj: dict[E.Node, TensorRelation] = {
+        adj: dict[E.Node, TensorRelation | _Bcast] = {
             self.root: self.s.einsum("->", np.ones((), dtype=self.root.dtype))
         }
         for node in reversed(order):
@@ -107,15 +124,43 @@ class _Backward:
             for child, part in self.backward(node, g):
                 if child not in needed or child.dtype not in _REAL:
                     continue
-                adj[child] = adj[child] + part if child in adj else part
-        return {t: adj[t] for t in targets if t in adj}
+                adj[child] = self.add(child, adj[child], part) if child in adj else part
+        return {t: self.full(t, adj[t]) for t in targets if t in adj}
+
+    def full(self, node: E.Node, g: TensorRelation | _Bcast) -> TensorRelation:
+        """The adjoint as a tensor of the node's shape (a broadcast one times a ones tensor)."""
+        if not isinstance(g, _Bcast):
+            return g
+        labels = tuple(range(len(node.shape)))
+        rest = tuple(d for d in labels if d not in g.dims)
+        ones = np.ones(tuple(node.shape[d] for d in rest), dtype=node.dtype)
+        got = self.call([(g.rel, g.dims), (ones, rest)], labels)
+        return got if got.node.dtype == node.dtype else got.astype(node.dtype)
+
+    def add(
+        self, node: E.Node, a: TensorRelation | _Bcast, b: TensorRelation | _Bcast
+    ) -> TensorRelation | _Bcast:
+        """Two parts of an adjoint summed; broadcast parts are added with broadcasting ('abc,ab->abc')."""
+        if not isinstance(a, _Bcast) and not isinstance(b, _Bcast):
+            return a + b
+        everything = tuple(range(len(node.shape)))
+        la = a.dims if isinstance(a, _Bcast) else everything
+        lb = b.dims if isinstance(b, _Bcast) else everything
+        dims = tuple(d for d in everything if d in la or d in lb)
+        ra = a.rel if isinstance(a, _Bcast) else a
+        rb = b.rel if isinstance(b, _Bcast) else b
+        got = self.call([(ra, la), (rb, lb)], dims, join="add")
+        return got if dims == everything else _Bcast(got, dims)
 
     # -- rules -------------------------------------------------------------------------------------------
-    def backward(self, node: E.Node, g: TensorRelation) -> list[tuple[E.Node, TensorRelation]]:
+    def backward(
+        self, node: E.Node, g: TensorRelation | _Bcast
+    ) -> list[tuple[E.Node, TensorRelation | _Bcast]]:
         if isinstance(node, E.Source | E.Operand):
             return []
         if isinstance(node, E.EinSum):
             return self.einsum(node, g)
+        g = self.full(node, g)
         if isinstance(node, E.Map):
             return [(node.input, self.map(node, g))]
         if isinstance(node, E.Cast):
@@ -126,7 +171,9 @@ class _Backward:
             return [(node.input, self.slice(node, g))]
         raise TypeError(f"unhandled expression node {type(node).__name__}")
 
-    def einsum(self, node: E.EinSum, g: TensorRelation) -> list[tuple[E.Node, TensorRelation]]:
+    def einsum(
+        self, node: E.EinSum, g: TensorRelation | _Bcast
+    ) -> list[tuple[E.Node, TensorRelation | _Bcast]]:
         if node.join in _COMPARISONS and len(node.inputs) == 2:
             return []  # a mask: zero almost everywhere
         sizes: dict[int, int] = {}
@@ -140,7 +187,10 @@ class _Backward:
             return self.call(operands, space, join=join)
 
         # the adjoint of the joined tensor J (before aggregation), as a product of terms
-        dj: Terms = [(g, node.out_labels)]
+        if isinstance(g, _Bcast):
+            dj: Terms = [(g.rel, tuple(node.out_labels[d] for d in g.dims))]
+        else:
+            dj = [(g, node.out_labels)]
         if node.agg in ("max", "min"):
             joint = joined(node.join) if len(operands) == 2 else self.call(operands, space)
             mask = self.call([(joint, space), (self.rel(node), node.out_labels)], space, join="equal")
@@ -148,7 +198,7 @@ class _Backward:
         elif node.agg == "prod":
             joint = joined(node.join) if len(operands) == 2 else self.call(operands, space)
             dj += [(self.rel(node), node.out_labels), (self.s.map(joint, "reciprocal"), space)]
-        out: list[tuple[E.Node, TensorRelation]] = []
+        out: list[tuple[E.Node, TensorRelation | _Bcast]] = []
         if len(operands) == 1:
             (x, lx), = operands  # fmt: skip
             out.append((node.inputs[0], self.contract(node.inputs[0], lx, dj, space, sizes)))
@@ -179,7 +229,9 @@ class _Backward:
             if child.dtype not in _REAL:
                 continue
             part = self.contract(child, labels, dj + terms, space, sizes)
-            out.append((child, part if factor == 1.0 else part * factor))
+            if factor != 1.0:
+                part = _Bcast(part.rel * factor, part.dims) if isinstance(part, _Bcast) else part * factor
+            out.append((child, part))
         return out
 
     def map(self, node: E.Map, g: TensorRelation) -> TensorRelation:
@@ -247,15 +299,27 @@ class _Backward:
         terms: Terms,
         space: tuple[int, ...],
         sizes: dict[int, int],
-    ) -> TensorRelation:
+    ) -> TensorRelation | _Bcast:
         """The sum over every label of ``space`` that ``labels`` lacks of the product of ``terms``, in the
         shape of ``child`` (read with ``labels``). A label of ``space`` no term has counts its size (a ones
-        vector); a label ``labels`` repeats gets the sum on its diagonal (an identity matrix); a size-1
-        dimension of ``child`` that broadcast against a larger size gets the sum over it."""
+        vector) where it is summed, and is broadcast (``_Bcast``) where it is one of the child's; a label
+        ``labels`` repeats gets the sum on its diagonal (an identity matrix); a size-1 dimension of ``child``
+        that broadcast against a larger size gets the sum over it."""
         dtype = child.dtype
         terms = list(terms)
         have = {lab for _, ls in terms for lab in ls}
         missing = tuple(lab for lab in space if lab not in have)
+        plain = len(set(labels)) == len(labels) and all(
+            not (n == 1 and sizes[lab] > 1) for lab, n in zip(labels, child.shape, strict=True)
+        )
+        if plain and any(lab in labels for lab in missing):
+            summed = tuple(lab for lab in missing if lab not in labels)
+            if summed:
+                terms.append((np.ones(tuple(sizes[lab] for lab in summed), dtype=dtype), summed))
+            dims = tuple(d for d, lab in enumerate(labels) if lab not in missing)
+            got = self.call(terms, tuple(labels[d] for d in dims))
+            got = got if got.node.dtype == dtype else got.astype(dtype)
+            return _Bcast(got, dims)
         if missing:
             terms.append((np.ones(tuple(sizes[lab] for lab in missing), dtype=dtype), missing))
         out: list[int] = []
@@ -284,8 +348,10 @@ def _spec(inputs: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> str:
             if len(letters) == len(_LETTERS):
                 raise GradError("grad: a backward step would need more than 52 labels")
             letters[lab] = _LETTERS[len(letters)]
-    return ",".join("".join(letters[lab] for lab in t) for t in inputs) + "->" + "".join(
-        letters[lab] for lab in out
+    return (
+        ",".join("".join(letters[lab] for lab in t) for t in inputs)
+        + "->"
+        + "".join(letters[lab] for lab in out)
     )
 
 

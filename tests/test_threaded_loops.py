@@ -23,6 +23,8 @@ CASES = [
     ("abc->ab", [(6, 300, 350)], None, "max"),
     ("abc->ac", [(6, 300, 350)], None, "sum"),
     ("abc->cab", [(6, 300, 350)], None, "sum"),  # a transpose
+    ("abc,abc->ab", [(6, 300, 350), (6, 300, 350)], "multiply", "sum"),  # dots along contiguous k
+    ("ab,ab->b", [(700, 900), (700, 900)], "multiply", "sum"),  # dots along strided k: rows added
 ]
 
 
@@ -136,3 +138,30 @@ def test_a_long_column_sum_stays_pairwise_accurate(sessions):
     got = one.einsum("ab->b", x, strategy="none").numpy()
     exact = float(np.float32(0.1)) * (1 << 20)
     assert np.abs(got.astype(np.float64) - exact).max() / exact < 1e-5
+
+
+@pytest.mark.parametrize("eq", ["abc,abc->ab", "ab,ab->b", "ab,ab->a"])
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex128", "int64"])
+def test_batched_dots_in_split_blocks(sessions, eq, dtype):
+    """Batched dot products (``batched_dots`` in gemm.cpp) whose summed label is split into blocks: each
+    block's dots accumulate into the group's output (the aggregate's accumulate path), numpy's values."""
+    rng = np.random.default_rng(11)
+    shape = (4, 90, 260) if eq.startswith("abc") else (260, 300)
+    x, y = (rng.standard_normal(shape) for _ in range(2))
+    if dtype.startswith("complex"):
+        x, y = x + 1j * rng.standard_normal(shape), y - 1j * rng.standard_normal(shape)
+    scale = 10 if dtype == "int64" else 1
+    x, y = (x * scale).astype(dtype), (y * scale).astype(dtype)
+    summed = next(c for c in eq.split("->")[0].split(",")[0] if c not in eq.split("->")[1])
+    one, four = sessions
+    got = [s.einsum(eq, x, y, blocks={summed: 3}).numpy() for s in (one, four)]
+    got.append(one.einsum(eq, x, y, strategy="none").numpy())
+    want = np.einsum(eq, x, y)
+    if dtype == "int64":
+        for g in got:
+            np.testing.assert_array_equal(g, want)
+        return
+    terms = shape[-1] if eq == "abc,abc->ab" else shape[0] if eq == "ab,ab->b" else shape[1]
+    atol = np.finfo(dtype).eps * 8 * np.sqrt(terms) * float(np.abs(x).max() * np.abs(y).max()) * 4
+    for g in got:
+        np.testing.assert_allclose(g, want, rtol=0, atol=atol)
