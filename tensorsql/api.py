@@ -11,6 +11,7 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 import opt_einsum
 
+from tensorsql import autodiff
 from tensorsql.backends.base import Executor
 from tensorsql.compile.cache import Entry, hashable
 from tensorsql.dtypes import carrier_dtype
@@ -652,7 +653,7 @@ def softmax(x: object, over: int | Sequence[int] = -1) -> object:
     """
     rel, letters, keep = _over(x, over, "softmax")
     s = rel.session
-    c = s.einsum(f"{letters}->{keep}", rel, agg="max")
+    c = autodiff.shift(s.einsum(f"{letters}->{keep}", rel, agg="max"))  # Y is the same for any C: no gradient
     e = s.map(s.einsum(f"{letters},{keep}->{letters}", rel, c, join="subtract"), "exp")
     total = s.einsum(f"{letters}->{keep}", e)
     return _result(x, s.einsum(f"{letters},{keep}->{letters}", e, total, join="divide"))
@@ -663,7 +664,7 @@ def log_softmax(x: object, over: int | Sequence[int] = -1) -> object:
     Finite where the softmax underflows to 0 (a very negative logit), as cross-entropies need."""
     rel, letters, keep = _over(x, over, "log_softmax")
     s = rel.session
-    c = s.einsum(f"{letters}->{keep}", rel, agg="max")
+    c = autodiff.shift(s.einsum(f"{letters}->{keep}", rel, agg="max"))
     d = s.einsum(f"{letters},{keep}->{letters}", rel, c, join="subtract")
     lse = s.map(s.einsum(f"{letters}->{keep}", s.map(d, "exp")), "log")
     return _result(x, s.einsum(f"{letters},{keep}->{letters}", d, lse, join="subtract"))

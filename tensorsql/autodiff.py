@@ -21,6 +21,7 @@ The rules, for a node ``Z`` whose adjoint is ``G`` (the gradient of the loss wit
 from __future__ import annotations
 
 import itertools
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,6 +40,17 @@ _REAL = ("float32", "float64")
 _COMPARISONS = ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
 
 Terms = list[tuple[object, tuple[int, ...]]]
+
+#: nodes the result does not depend on although the graph reads them: the max a softmax subtracts before
+#: ``exp`` (softmax and log-softmax are the same for any shift, so the gradient through it is exactly 0;
+#: computed, it was ~0 plus rounding, at the cost of a mask and two passes over the scores)
+_SHIFTS: weakref.WeakSet[E.Node] = weakref.WeakSet()
+
+
+def shift(rel: TensorRelation) -> TensorRelation:
+    """Marks ``rel`` as a shift its consumers' results do not depend on: no gradient flows into it."""
+    _SHIFTS.add(rel.node)
+    return rel
 
 
 @dataclass(frozen=True)
@@ -112,7 +124,7 @@ class _Backward:
         # only the nodes a target flows into need an adjoint
         needed: set[E.Node] = set()
         for node in order:
-            if node in targets or any(c in needed for c in E.children(node)):
+            if node in targets or (node not in _SHIFTS and any(c in needed for c in E.children(node))):
                 needed.add(node)
         adj: dict[E.Node, TensorRelation | _Bcast] = {
             self.root: self.s.einsum("->", np.ones((), dtype=self.root.dtype))
@@ -355,4 +367,4 @@ def _spec(inputs: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> str:
     )
 
 
-__all__ = ["grad"]
+__all__ = ["grad", "shift"]

@@ -153,6 +153,20 @@ def test_softmax_and_cross_entropy(s, over):
     check(s, lambda X, Y: -(Y * ts.log(ts.softmax(X, over=over))).sum(), [x, y], wrt=[0])
 
 
+@pytest.mark.parametrize("fn", [ts.softmax, ts.log_softmax])
+def test_no_gradient_flows_into_a_softmax_shift(s, fn):
+    """The max a softmax subtracts changes nothing of its result: the gradient graph has no arg-max mask
+    (an ``equal`` join) for it; a max the loss does use still gets one."""
+    x, w = r(3, 5), r(3, 5)
+    X, W = s.from_numpy(x), s.from_numpy(w)
+    (g,) = ts.grad((fn(X, over=1) * W).sum(), [X])
+    joins = {n.join for n in E.topological(g.node) if isinstance(n, E.EinSum)}
+    assert "equal" not in joins
+    check(s, lambda A, B: (fn(A, over=1) * B).sum(), [x, w], wrt=[0])
+    (h,) = ts.grad(s.einsum("ij->i", X, agg="max").sum(), [X])
+    assert "equal" in {n.join for n in E.topological(h.node) if isinstance(n, E.EinSum)}
+
+
 def test_casts(s):
     """float64 -> float32 -> float64: the gradient passes each cast back in the input's dtype. Finite
     differences cannot see through float32's rounding at this step, so the closed form is the reference."""
