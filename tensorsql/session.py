@@ -778,7 +778,7 @@ class Compiled:
         is planned by itself, and read by the later plans as a stored relation of the step's blocking."""
         session = self._session
         many = getattr(session.executor, "many", None)
-        if many is None:
+        if many is None or not session.result_sink:  # it writes its outputs through result sinks only
             return None
         bindings: dict[E.Operand, np.ndarray] = {}
         for rel in outs:
@@ -851,14 +851,17 @@ class Compiled:
                     )
                 arr = arr.astype(leaf.dtype)
             given[leaf] = arr
-        if self._many is not None:
+        if self._many is not None and self._session.result_sink:
             self._session.require_open("compute")
             run, bound = self._many
             results = run({**bound, **given})
             if results is not None:
                 return results[0] if self._single else tuple(results)
-            if not self._plans:  # an absent block somewhere: the plans one by one fill it with zeros
-                self._plan_each(self._outs, share=True)
+            # an absent block (a sparse stored input: it stays so): from now on the plans run one by one,
+            # which fill it with zeros
+            self._many = None
+        if not self._plans:
+            self._plan_each(self._outs, share=True)
         for plan, bound, stand_in in self._stages:
             given[stand_in] = self._session.value(plan, {**bound, **given})
         results = [

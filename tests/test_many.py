@@ -191,3 +191,32 @@ def test_a_training_step_is_one_statement(s, make, monkeypatch):
     np.testing.assert_allclose(losses, want, rtol=1e-12, atol=1e-12)
     for p, q in zip(one.params, apart.params, strict=True):
         np.testing.assert_allclose(p, q, rtol=1e-12, atol=1e-12)
+
+
+def test_a_corrupted_stored_table_is_named(s):
+    """A stored table the statement reads with a truncated block: the same CorruptTableError as the plans
+    one by one give (the diagnosis reads the stored tables, not the statement's shared steps)."""
+    rng = np.random.default_rng(12)
+    s.save(s.from_numpy(rng.standard_normal((5, 7)), block_shape=(2, 3)), "many_edited", replace=True)
+    s.executor.con.execute('UPDATE "many_edited" SET tensor = tensor[1:8] WHERE k0 = 0 AND k1 = 1')
+    E = s.table("many_edited")
+    W = s.placeholder((7, 4), "float64", name="w")
+    h = ts.tanh(W)
+    for share in (False, True):
+        f = s.compile([E @ h, h.sum()], [W], share=share)
+        with pytest.raises(ts.CorruptTableError, match=r"'many_edited': block key \[0, 1\]"):
+            f(rng.standard_normal((7, 4)))
+    s.drop("many_edited")
+
+
+def test_results_through_arrow_when_sinks_are_off(s, monkeypatch):
+    """``result_sink = False`` (results through Arrow always): the plans run one by one, even those compiled
+    into one statement before the flag changed."""
+    outputs, inputs = _graph(s, ((6, 3), (3, 2)))
+    before = s.compile(outputs, inputs, share=True)
+    arrays = _arrays(((6, 3), (3, 2)), 13)
+    want = s.compile(outputs, inputs)(*arrays)
+    monkeypatch.setattr(s, "result_sink", False)
+    assert s.compile(outputs, inputs, share=True)._many is None
+    monkeypatch.setattr(before, "_many", (lambda bindings: pytest.fail("ran the one statement"), {}))
+    _assert_same(before(*arrays), want)

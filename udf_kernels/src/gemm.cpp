@@ -876,9 +876,15 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 	                  ((c.a.sc == 1 && c.b.sr == 1) || (c.a.sb == 1 && c.b.sb == 1 && c.cb == 1));
 	const double flops = c.flops * (is_complex_v<T> ? 4.0 : 1.0);
 	const double elements = static_cast<double>(c.nb * c.m * c.n) * (dots ? static_cast<double>(c.k) : 1.0);
-	const int want = budget == nullptr          ? 1
-	                 : tiny || vector || dots ? loop_threads_wanted(elements, budget->total())
-	                                          : gemm_threads_wanted(flops, budget->total());
+	int want = budget == nullptr          ? 1
+	           : tiny || vector || dots ? loop_threads_wanted(elements, budget->total())
+	                                    : gemm_threads_wanted(flops, budget->total());
+	if (tiny || vector || dots) { // no more tokens than pieces of work (an idle token keeps another call waiting)
+		const int64_t pieces = tiny ? c.nb
+		                       : vector ? std::max<int64_t>(c.nb, c.n == 1 ? c.m : c.n)
+		                       : (c.a.sc == 1 && c.b.sr == 1 ? c.nb : (c.nb + kDotTile - 1) / kDotTile);
+		want = static_cast<int>(std::min<int64_t>(want, std::max<int64_t>(1, pieces)));
+	}
 	const int got = budget != nullptr ? budget->acquire(want) : 1;
 	Lease lease {budget, got};
 	if (dots) {

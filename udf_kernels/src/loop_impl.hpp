@@ -293,9 +293,12 @@ void loop_steps(ThreadBudget *budget, const Plan &p, const char *fn, F &&run_sub
 	for (const Loop &l : sub.outer) {
 		zn *= l.size;
 	}
-	const int got = want > 1 ? budget->acquire(want) : 1;
-	Lease lease {want > 1 ? budget : nullptr, got};
-	parallel_chunks(got > 1 ? budget : nullptr, got, steps * pieces, [&](int64_t s0, int64_t s1) {
+	// no more tokens than pieces of work: a token held idle would keep another call waiting
+	const int64_t chunks = steps * pieces;
+	const int use = chunks < want ? static_cast<int>(chunks) : want;
+	const int got = use > 1 ? budget->acquire(use) : 1;
+	Lease lease {use > 1 ? budget : nullptr, got};
+	parallel_chunks(got > 1 ? budget : nullptr, got, chunks, [&](int64_t s0, int64_t s1) {
 		Plan piece = sub;
 		for (int64_t s = s0; s < s1; s++) {
 			const int64_t q = s / pieces, c = s % pieces;

@@ -56,6 +56,8 @@ class _Many:
     plans: list[Plan]
     #: runs on the executor's single-threaded lane (``DuckDBExecutor``'s docstring): reads no stored table
     lane: bool = False
+    #: the shared steps' names (lower case): CTEs of the statement, never stored tables to check
+    stage_tables: set[str] = field(default_factory=set)
     prepared: str | None = None
     execute: str = ""
     unpreparable: bool = False
@@ -127,6 +129,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
         plans=plans,
     )
     stages_tables = {table for table, _ in stages}
+    m.stage_tables = {table.lower() for table in stages_tables}
     reads = {scan.table for plan in plans for scan in sqlgen._scans(plan.tra)} - stages_tables
     m.lane = not m.long and not reads and work[1] < LANE_FLOPS
     run = _runner(ex, m)
@@ -161,6 +164,7 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
 
     lock = ex._lock
     con = (ex._lane_con() if m.lane else None) or ex.con
+    m.lane = con is not ex.con  # where its prepared statement lives (no lane could be made: the session's)
     ex_ref = weakref.ref(ex)
 
     def execute() -> list[tuple]:
@@ -202,7 +206,10 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
                 rows = ex._run(m, execute)  # type: ignore[arg-type]
             except duckdb.Error as exc:
                 if m.diagnosis is None:
-                    found = [q for p in m.plans for q in sqlgen.diagnosis(p.tra, ex._must_check)]
+                    def stored(scan: T.Scan) -> bool:  # the shared steps exist only inside the statement
+                        return scan.table.lower() not in m.stage_tables and ex._must_check(scan)
+
+                    found = [q for p in m.plans for q in sqlgen.diagnosis(p.tra, stored)]
                     m.diagnosis = [sqlgen.sql_text(q) for q in found]
                 raise ex._failed(exc, "einsum", m.diagnosis) from exc
             finally:
