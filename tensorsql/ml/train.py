@@ -127,7 +127,7 @@ def fit(
     if cache is None:  # what the cache holds: the features, the labels, a hash and a row number per row
         cache = n * (row_bytes + 16) <= CACHE_BYTES
     rows: _Rows = (
-        _Cached(local, probe, feats, label, model, n, chunk)
+        _Cached(local, probe, feats, label, model, n, batch_size)  # a batch per gather: it stays in cache
         if cache
         else _Streamed(local, probe, feats, label, model, n, chunk)
     )
@@ -276,8 +276,8 @@ class _Rows:
 
 class _Cached(_Rows):
     """The rows read from the source once, with each row's hash; per epoch DuckDB sorts the (row number,
-    hash) pairs into the epoch's order, and the batches are gathered from memory, ``chunk`` rows (whole
-    batches) at a time. An epoch costs a sort of two columns instead of a sorted copy of every column (1.2 s
+    hash) pairs into the epoch's order, and the batches are gathered from memory, ``chunk`` rows (a batch)
+    at a time. An epoch costs a sort of two columns instead of a sorted copy of every column (1.2 s
     for 300,000 x 101 float32 columns). The source streams into the matrix a record batch at a time, so
     the read holds one batch of the source's own columns besides the cache."""
 
@@ -315,9 +315,11 @@ class _Cached(_Rows):
         order = order.order_by(*_epoch_key(_col(_HASH), seed, epoch))
         perm = self.local.with_arrow({self.view: self.keys}, lambda: order)  # type: ignore[attr-defined]
         idx = perm.column(_RID).to_numpy()
-        for lo in range(0, len(idx), self.chunk):  # gathered a chunk at a time: bounded extra memory
+        # gathered a batch at a time: bounded extra memory, and the gathered rows stay in cache for the step
+        # (1,000,000 x 100 float32 per epoch: 0.08 s a batch at a time, 0.14-0.25 s in 64 MiB chunks)
+        for lo in range(0, len(idx), self.chunk):
             part = idx[lo : lo + self.chunk]
-            yield self.x[part], self.y[part]
+            yield np.take(self.x, part, axis=0), np.take(self.y, part)
 
 
 class _Streamed(_Rows):
