@@ -5,8 +5,8 @@ plans run one by one, and the one-by-one path wherever one statement cannot hold
 from __future__ import annotations
 
 import numpy as np
-import pyarrow as pa
 import pytest
+from test_result_sink import _sparse
 
 import tensorsql as ts
 from tensorsql.backends.duckdb import executor as duck_executor
@@ -116,37 +116,11 @@ def test_an_operand_too_big_to_lend_runs_plan_by_plan(s, monkeypatch):
     _assert_same(f(*arrays), s.compile(outputs, inputs)(*arrays))
 
 
-def _sparse(s, x, block_shape, keep):
-    """x stored with only the blocks at ``keep`` (the others absent: zeros)."""
-    rows = {"k0": [], "k1": [], "tensor": []}
-    for i, j in keep:
-        blk = x[i * block_shape[0] : (i + 1) * block_shape[0], j * block_shape[1] : (j + 1) * block_shape[1]]
-        rows["k0"].append(i)
-        rows["k1"].append(j)
-        rows["tensor"].append(np.ascontiguousarray(blk).tobytes())
-    meta = {
-        b"tensorsql.shape": str(list(x.shape)).encode(),
-        b"tensorsql.block_shape": str(list(block_shape)).encode(),
-        b"tensorsql.dtype": str(x.dtype).encode(),
-    }
-    table = pa.table(
-        {
-            "k0": pa.array(rows["k0"], pa.int32()),
-            "k1": pa.array(rows["k1"], pa.int32()),
-            "tensor": pa.array(rows["tensor"], pa.binary()),
-        }
-    ).replace_schema_metadata(meta)
-    return s.from_arrow(table)
-
-
 def test_absent_blocks_of_a_stored_input_are_zeros(s):
     """An output that misses blocks (a sparse stored input) is not complete in the one statement: that call
     runs the plans one by one, which fill them with zeros."""
     rng = np.random.default_rng(6)
-    a = rng.standard_normal((8, 6))
-    dense = a.copy()
-    dense[4:] = 0
-    A = _sparse(s, a, (4, 6), [(0, 0)])  # the second row panel is absent
+    A, dense = _sparse(s, rng.standard_normal((8, 6)), (4, 6), [(0, 0)])  # the second row panel is absent
     W = s.placeholder((6, 3), "float64", name="w")
     h = A @ W
     outputs = [h.sum(), h * 2.0, ts.exp(h)]

@@ -7,6 +7,7 @@ so each row's block shape follows from its keys: ``min(block, size - block * key
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from tensorsql.ir import blocking
@@ -231,19 +232,22 @@ def counted(rel: Rel) -> bool:
     )
 
 
-def may_pad(rel: Rel) -> bool:
-    """Whether any step may leave padding rows (the final SELECT then drops them)."""
+def nodes(root: Rel) -> Iterator[Rel]:
+    """Every relation of the plan, once each (a DAG: a shared input is visited once), consumers first."""
     seen: set[Rel] = set()
-    stack = [rel]
+    stack = [root]
     while stack:
         r = stack.pop()
         if r in seen:
             continue
         seen.add(r)
-        if isinstance(r, Fused) or (isinstance(r, Join) and r.padded):
-            return True
+        yield r
         stack.extend(inputs(r))
-    return False
+
+
+def may_pad(rel: Rel) -> bool:
+    """Whether any step may leave padding rows (the final SELECT then drops them)."""
+    return any(isinstance(r, Fused) or (isinstance(r, Join) and r.padded) for r in nodes(rel))
 
 
 def render(rel: Rel) -> str:

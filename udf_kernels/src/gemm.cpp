@@ -721,10 +721,8 @@ void scaled_vectors(const Contraction &c, const T *A, const T *Bm, T *C, bool be
 // Batched dot products (m = n = 1, k over kTinyGemm: a row-wise sum of products 'abc,abc->ab', a column-wise
 // one 'ab,ab->b'), as loops rather than a 1 x 1 x k GEMM call per batch (4096 calls for a softmax's backward
 // row sums: ~1.5 ms against numpy's 0.4). Contiguous along k: each dot is summed pairwise (PairwiseSum, numpy's
-// shape); contiguous along the batches: rows of products are added in runs of kDotLeaf, run sums combined like
-// a binary counter (the same error growth). Returns false for any other layout (the GEMM path takes it).
-constexpr int64_t kDotLeaf = 16;
-constexpr int64_t kDotTile = 512;
+// shape); contiguous along the batches: rows of products are added as PairwiseRows sums them (the same error
+// growth). Returns false for any other layout (the GEMM path takes it).
 
 template <class T>
 bool batched_dots(const Contraction &c, const T *A, const T *Bm, T *C, bool beta1, ThreadBudget *budget, int got) {
@@ -753,15 +751,16 @@ bool batched_dots(const Contraction &c, const T *A, const T *Bm, T *C, bool beta
 	if (c.a.sb != 1 || c.b.sb != 1 || c.cb != 1) {
 		return false;
 	}
-	const int64_t tiles = (c.nb + kDotTile - 1) / kDotTile;
+	using Rows = PairwiseRows<T>;
+	const int64_t tiles = (c.nb + Rows::kTile - 1) / Rows::kTile;
 	parallel_chunks(budget, got, tiles, [&](int64_t t0, int64_t t1) {
-		std::vector<T> buf(static_cast<size_t>(65 * kDotTile));
-		T *leaf = buf.data() + 64 * kDotTile;
+		Rows rows;
+		T *leaf = rows.leaf();
 		for (int64_t tile = t0; tile < t1; tile++) {
-			const int64_t j0 = tile * kDotTile, w = std::min(kDotTile, c.nb - j0);
-			uint64_t full = 0;
-			for (int64_t p0 = 0; p0 < c.k; p0 += kDotLeaf) {
-				const int64_t p1 = std::min(c.k, p0 + kDotLeaf);
+			const int64_t j0 = tile * Rows::kTile, w = std::min(Rows::kTile, c.nb - j0);
+			rows.start(w);
+			for (int64_t p0 = 0; p0 < c.k; p0 += Rows::kRun) {
+				const int64_t p1 = std::min(c.k, p0 + Rows::kRun);
 				for (int64_t p = p0; p < p1; p++) {
 					const T *a = A + p * as + j0;
 					const T *b = Bm + p * bs + j0;
@@ -775,27 +774,9 @@ bool batched_dots(const Contraction &c, const T *A, const T *Bm, T *C, bool beta
 						}
 					}
 				}
-				int lvl = 0;
-				for (; (full >> lvl) & 1U; lvl++) {
-					const T *lv = buf.data() + lvl * kDotTile;
-					for (int64_t j = 0; j < w; j++) {
-						leaf[j] = wadd(lv[j], leaf[j]);
-					}
-				}
-				full = (full & ~((uint64_t(1) << lvl) - 1)) | (uint64_t(1) << lvl);
-				std::copy(leaf, leaf + w, buf.data() + lvl * kDotTile);
+				rows.carry();
 			}
-			std::fill(leaf, leaf + w, T(0));
-			for (uint64_t f = full; f != 0; f &= f - 1) {
-				const T *lv = buf.data() + __builtin_ctzll(f) * kDotTile;
-				for (int64_t j = 0; j < w; j++) {
-					leaf[j] = wadd(lv[j], leaf[j]);
-				}
-			}
-			T *z = C + j0;
-			for (int64_t j = 0; j < w; j++) {
-				z[j] = beta1 ? wadd(z[j], leaf[j]) : leaf[j];
-			}
+			rows.total(C + j0, beta1);
 		}
 	});
 	return true;
@@ -882,7 +863,8 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 	if (tiny || vector || dots) { // no more tokens than pieces of work (an idle token keeps another call waiting)
 		const int64_t pieces = tiny ? c.nb
 		                       : vector ? std::max<int64_t>(c.nb, c.n == 1 ? c.m : c.n)
-		                       : (c.a.sc == 1 && c.b.sr == 1 ? c.nb : (c.nb + kDotTile - 1) / kDotTile);
+		                       : (c.a.sc == 1 && c.b.sr == 1 ? c.nb
+		                                                      : (c.nb + PairwiseRows<T>::kTile - 1) / PairwiseRows<T>::kTile);
 		want = static_cast<int>(std::min<int64_t>(want, std::max<int64_t>(1, pieces)));
 	}
 	const int got = budget != nullptr ? budget->acquire(want) : 1;

@@ -11,8 +11,10 @@
 #include "dtype.hpp"
 #include "spec.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace tsk {
 
@@ -101,5 +103,64 @@ T pairwise_over(const Loop *L, size_t n, int64_t bx, int64_t by, F &&value) {
 // Whether sums of T are summed pairwise (floats and complex; integers wrap exactly in any order).
 template <class T>
 constexpr bool kPairwise = !std::is_integral_v<T>;
+
+// Rows of up to kTile elements summed element by element in PairwiseSum's shape, when the rows are contiguous
+// but the sum runs across them (a sum over leading labels, dots along a strided label): the caller adds a run
+// of kRun rows into leaf() (in order) and calls carry(); run sums meet like a binary counter; total() adds the
+// occupied levels smallest first, as PairwiseSum::total, and writes (or adds) the result.
+template <class T>
+class PairwiseRows {
+public:
+	static constexpr int64_t kTile = 512;
+	static constexpr int64_t kRun = 16;
+
+	PairwiseRows() : buf_(static_cast<size_t>((kLevels + 1) * kTile)) {
+	}
+	// Starts a tile of w <= kTile elements per row.
+	void start(int64_t w) {
+		w_ = w;
+		full_ = 0;
+	}
+	// The current run's sums (w elements), for the caller to fill.
+	T *leaf() {
+		return buf_.data() + kLevels * kTile;
+	}
+	// The run in leaf() is complete: carried into the levels.
+	void carry() {
+		T *lf = leaf();
+		int lvl = 0;
+		for (; (full_ >> lvl) & 1U; lvl++) { // a sum of 2^lvl runs meets another
+			const T *lv = level(lvl);
+			for (int64_t j = 0; j < w_; j++) {
+				lf[j] = wadd(lv[j], lf[j]);
+			}
+		}
+		full_ = (full_ & ~((uint64_t(1) << lvl) - 1)) | (uint64_t(1) << lvl);
+		std::copy(lf, lf + w_, level(lvl));
+	}
+	// out[j] = the tile's sums (accumulate: out[j] + them).
+	void total(T *out, bool accumulate) {
+		T *lf = leaf();
+		std::fill(lf, lf + w_, T(0));
+		for (uint64_t f = full_; f != 0; f &= f - 1) {
+			const T *lv = level(__builtin_ctzll(f));
+			for (int64_t j = 0; j < w_; j++) {
+				lf[j] = wadd(lv[j], lf[j]);
+			}
+		}
+		for (int64_t j = 0; j < w_; j++) {
+			out[j] = accumulate ? wadd(out[j], lf[j]) : lf[j];
+		}
+	}
+
+private:
+	static constexpr int kLevels = 64;
+	T *level(int k) {
+		return buf_.data() + static_cast<int64_t>(k) * kTile;
+	}
+	std::vector<T> buf_;
+	int64_t w_ = 0;
+	uint64_t full_ = 0;
+};
 
 } // namespace tsk

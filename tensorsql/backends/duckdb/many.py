@@ -138,17 +138,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
 
 def _one_row(root: T.Rel) -> bool:
     """Whether every step of the plan is one block (each relation one row)."""
-    seen: set[T.Rel] = set()
-    stack = [root]
-    while stack:
-        rel = stack.pop()
-        if rel in seen:
-            continue
-        seen.add(rel)
-        if any(rel.schema.nblocks(k) > 1 for k in rel.schema.keys):
-            return False
-        stack.extend(T.inputs(rel))
-    return True
+    return all(rel.schema.nblocks(k) == 1 for rel in T.nodes(root) for k in rel.schema.keys)
 
 
 def text(run: ManyRun) -> str:

@@ -461,17 +461,7 @@ def _unbound(rel: T.Input) -> str:
 
 def _scans(root: T.Rel) -> list[T.Scan]:
     """The stored tables a plan reads (Scan nodes)."""
-    seen: set[T.Rel] = set()
-    stack, out = [root], []
-    while stack:
-        rel = stack.pop()
-        if rel in seen:
-            continue
-        seen.add(rel)
-        if isinstance(rel, T.Scan):
-            out.append(rel)
-        stack.extend(T.inputs(rel))
-    return out
+    return [rel for rel in T.nodes(root) if isinstance(rel, T.Scan)]
 
 
 def _scan_key(scan: T.Scan) -> tuple[object, ...]:
