@@ -65,9 +65,6 @@ class _Bcast:
     dims: tuple[int, ...]
 
 
-#: an adjoint: a relation of its node's shape, or one broadcast along some dimensions
-Adjoint = "TensorRelation | _Bcast"
-
 
 def grad(loss: TensorRelation, wrt: Sequence[TensorRelation]) -> list[TensorRelation]:
     """The gradients of the scalar ``loss`` with respect to each relation of ``wrt`` (in that order), as
@@ -360,10 +357,8 @@ def _spec(inputs: Sequence[tuple[int, ...]], out: tuple[int, ...]) -> str:
             if len(letters) == len(_LETTERS):
                 raise GradError("grad: a backward step would need more than 52 labels")
             letters[lab] = _LETTERS[len(letters)]
-    return (
-        ",".join("".join(letters[lab] for lab in t) for t in inputs)
-        + "->"
-        + "".join(letters[lab] for lab in out)
+    return ",".join("".join(letters[lab] for lab in t) for t in inputs) + "->" + "".join(
+        letters[lab] for lab in out
     )
 
 

@@ -194,3 +194,21 @@ def test_results_through_arrow_when_sinks_are_off(s, monkeypatch):
     assert s.compile(outputs, inputs, share=True)._many is None
     monkeypatch.setattr(before, "_many", (lambda bindings: pytest.fail("ran the one statement"), {}))
     _assert_same(before(*arrays), want)
+
+
+def test_every_block_of_a_checked_statement_counts(s):
+    """A statement that reads a stored table (its keys checked by a UNION ALL branch): two result blocks
+    with the same element count are two rows, not one, so the one statement is complete."""
+    rng = np.random.default_rng(14)
+    a = rng.standard_normal((8, 6))
+    s.save(s.from_numpy(a, block_shape=(4, 6)), "many_blocks", replace=True)
+    A = s.table("many_blocks")
+    W = s.placeholder((6, 3), "float64", name="w")
+    h = A @ W
+    f = s.compile([h * 2.0, h.sum()], [W], share=True)
+    run, bound = f._many
+    w = rng.standard_normal((6, 3))
+    got = run({**bound, W.node: w})
+    assert got is not None  # complete: no fallback
+    _assert_same(got, [a @ w * 2.0, (a @ w).sum()])
+    s.drop("many_blocks")

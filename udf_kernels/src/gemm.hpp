@@ -253,7 +253,6 @@ inline int loop_threads_wanted(double elements, int total) {
 	return w >= total ? total : (w < 1 ? 1 : static_cast<int>(w));
 }
 
-
 // The database's kernel memory budget (control.hpp), or null without a budget (nothing is charged then).
 inline MemoryBudget *memory_of(ThreadBudget *budget) {
 	return budget != nullptr ? &budget->control().memory() : nullptr;

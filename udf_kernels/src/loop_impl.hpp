@@ -117,12 +117,13 @@ void sum_rows(const Plan &p, const T *x, T *z, bool accumulate) {
 	std::vector<int64_t> offs;
 	odometer(p.inner.data(), p.inner.size(), 0, 0, [&](int64_t ox, int64_t) { offs.push_back(ox); });
 	const int64_t m = static_cast<int64_t>(offs.size());
-	Rows rows;
+	Rows rows(m, L);
+	const int64_t tile = rows.width();
 	T *leaf = rows.leaf();
 	T *zp = z;
 	odometer(p.outer.data(), p.outer.size() - 1, 0, 0, [&](int64_t ox, int64_t) {
-		for (int64_t j0 = 0; j0 < L; j0 += Rows::kTile) {
-			const int64_t w = L - j0 < Rows::kTile ? L - j0 : Rows::kTile;
+		for (int64_t j0 = 0; j0 < L; j0 += tile) {
+			const int64_t w = L - j0 < tile ? L - j0 : tile;
 			rows.start(w);
 			for (int64_t t0 = 0; t0 < m; t0 += Rows::kRun) {
 				const int64_t t1 = m - t0 < Rows::kRun ? m : t0 + Rows::kRun;

@@ -152,8 +152,7 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 	guard_scalar(info, FN, [&] {
 		BlobCol x(input, 0);
 		DTypeCol from_c(input, 1), to_c(input, 2);
-		ThreadBudget *budget = budget_of(duckdb_scalar_function_get_extra_info(info));
-		MemoryBudget *mem = memory_of(budget);
+		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
 		AlignedBuf zb(mem, FN, "the output block");
 		CallCharge charged(mem, FN);
 		scalar_rows(input, output, all_valid(x, from_c, to_c), [&](idx_t row) {

@@ -107,23 +107,31 @@ constexpr bool kPairwise = !std::is_integral_v<T>;
 // Rows of up to kTile elements summed element by element in PairwiseSum's shape, when the rows are contiguous
 // but the sum runs across them (a sum over leading labels, dots along a strided label): the caller adds a run
 // of kRun rows into leaf() (in order) and calls carry(); run sums meet like a binary counter; total() adds the
-// occupied levels smallest first, as PairwiseSum::total, and writes (or adds) the result.
+// occupied levels smallest first, as PairwiseSum::total, and writes (or adds) the result. Its buffers hold as
+// many levels as `rows` rows need, of the tile width used, so a small sum allocates little.
 template <class T>
 class PairwiseRows {
 public:
 	static constexpr int64_t kTile = 512;
 	static constexpr int64_t kRun = 16;
 
-	PairwiseRows() : buf_(static_cast<size_t>((kLevels + 1) * kTile)) {
+	// For sums of `rows` rows in tiles of at most `width` elements.
+	PairwiseRows(int64_t rows, int64_t width)
+	    : width_(width < kTile ? (width < 1 ? 1 : width) : kTile), levels_(levels_for(rows)),
+	      buf_(static_cast<size_t>((levels_ + 1) * width_)) {
 	}
-	// Starts a tile of w <= kTile elements per row.
+	// The widest tile (the caller's tiles are at most this wide).
+	int64_t width() const {
+		return width_;
+	}
+	// Starts a tile of w <= width() elements per row.
 	void start(int64_t w) {
 		w_ = w;
 		full_ = 0;
 	}
 	// The current run's sums (w elements), for the caller to fill.
 	T *leaf() {
-		return buf_.data() + kLevels * kTile;
+		return level(levels_);
 	}
 	// The run in leaf() is complete: carried into the levels.
 	void carry() {
@@ -154,10 +162,20 @@ public:
 	}
 
 private:
-	static constexpr int kLevels = 64;
-	T *level(int k) {
-		return buf_.data() + static_cast<int64_t>(k) * kTile;
+	// Levels a binary counter of the runs of `rows` rows reaches: floor(log2(runs)) + 1.
+	static int levels_for(int64_t rows) {
+		uint64_t runs = static_cast<uint64_t>((rows < 1 ? 1 : rows) + kRun - 1) / static_cast<uint64_t>(kRun);
+		int n = 0;
+		for (; runs != 0; runs >>= 1) {
+			n++;
+		}
+		return n;
 	}
+	T *level(int k) {
+		return buf_.data() + static_cast<int64_t>(k) * width_;
+	}
+	int64_t width_;
+	int levels_;
 	std::vector<T> buf_;
 	int64_t w_ = 0;
 	uint64_t full_ = 0;

@@ -26,6 +26,7 @@ from tensorsql.backends.duckdb import longrun, sqlgen, statements
 from tensorsql.compile import waves
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
+from tensorsql.errors import ShapeError
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 from udf_kernels import sink as udf_sink
@@ -117,6 +118,9 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
     )
     works = [longrun.plan_work(plan.root) for plan in plans]
     work = (sum(w[0] for w in works), sum(w[1] for w in works))
+    long = longrun.is_long(work[1], ex.workers)
+    stage_tables = {table for table, _ in stages}
+    reads = {scan.table for plan in plans for scan in sqlgen._scans(plan.tra)} - stage_tables
     m = _Many(
         operands=operands,
         slots=slots,
@@ -125,15 +129,12 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
         results=[(plan.root.shape, DTYPES[plan.root.dtype]) for plan in outputs],
         text=sqlgen.sql_text(ast),
         work=work,
-        long=longrun.is_long(work[1], ex.workers),
+        long=long,
         plans=plans,
+        lane=not long and not reads and work[1] < LANE_FLOPS,
+        stage_tables={table.lower() for table in stage_tables},
     )
-    stages_tables = {table for table, _ in stages}
-    m.stage_tables = {table.lower() for table in stages_tables}
-    reads = {scan.table for plan in plans for scan in sqlgen._scans(plan.tra)} - stages_tables
-    m.lane = not m.long and not reads and work[1] < LANE_FLOPS
-    run = _runner(ex, m)
-    return run
+    return _runner(ex, m)
 
 
 def _one_row(root: T.Rel) -> bool:
@@ -186,8 +187,6 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
                 for op, slot, want in zip(m.operands, m.slots, m.wants, strict=True):
                     arr = bindings.get(op)
                     if arr is None:
-                        from tensorsql.errors import ShapeError
-
                         raise ShapeError(f"operand {op.name!r} has no array bound to it")
                     _check_operand(op, arr, want)
                     slot.set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))

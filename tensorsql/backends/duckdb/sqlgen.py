@@ -211,14 +211,8 @@ def _grouped(scans: list[tuple[int, T.Scan]], row: GuardCells) -> exp.Select:
         copy=False,
     )
     abouts = {i: lit(_about(scan, "keys")) for i, scan in scans}
-    about = (
-        next(iter(abouts.values()))
-        if len(abouts) == 1
-        else exp.Case(
-            ifs=[
-                exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()
-            ]
-        )
+    about = next(iter(abouts.values())) if len(abouts) == 1 else exp.Case(
+        ifs=[exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()]
     )
     failed = _failure(about, [col("g", f"k{d}") for d in range(rank)], col("g", "n"))
     q = exp.select(*row(failed), copy=False).from_(per_key.subquery("g"), copy=False)
@@ -877,10 +871,8 @@ class _Builder:
                 if kept is not None:
                     bt, total = dst.blocks[kept], dst.sizes[kept]
                     targets = [p[1] for p in pieces]
-                    whole = (
-                        whole
-                        and len(set(targets)) == len(targets)
-                        and all(p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces)
+                    whole = whole and len(set(targets)) == len(targets) and all(
+                        p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces
                     )
             start.append(a)
             count.append(n)
@@ -1135,7 +1127,8 @@ def to_multi_sink_ast(
     for branch in branches[1:]:
         union = exp.union(union, branch, distinct=False, copy=False)
     if b.scans:
-        union = exp.union(union, guard(list(b.scans.values()), [("o", "INTEGER"), ("written", "BIGINT")]))
+        checked = guard(list(b.scans.values()), [("o", "INTEGER"), ("written", "BIGINT")])
+        union = exp.union(union, checked, distinct=False, copy=False)
     q = exp.select(
         col("w", "o"),
         exp.alias_(exp.Count(this=written.copy()), ident("blocks")),
