@@ -86,6 +86,32 @@ def test_source_blocks_with_ragged_edges(con, path, dtype):
         np.testing.assert_array_equal(got, b[1:4, 3:5, 1:6])
 
 
+def test_source_lends_the_array_and_stored_copies_outlive_it(con, path):
+    """tensor_source hands the kernels the lent array itself (no copy): reads within the query see it, and
+    whatever DuckDB keeps past the query (a table, a materialized CTE, a fetched value) is its own copy."""
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(300_000)
+    with udf_sink.Slot(path) as slot:
+        slot.set(a)
+        k = slot.key
+        n = a.size
+        dot = f"tensor_einsum('a,a->', 'multiply', 'sum', 'float64', tensor_source({k}), [{n}], m.b, [{n}])"
+        q = f"WITH m AS MATERIALIZED (SELECT tensor_source({k}) AS b) SELECT {dot}, {dot} FROM m"
+        got = con.execute(q).fetchone()
+        want = float(a @ a)
+        for raw in got:
+            assert abs(np.frombuffer(raw, dtype=np.float64)[0] - want) <= 1e-12 * n * want
+        block = con.execute(f"SELECT tensor_source({k}, [1000], [5000])").fetchone()[0]
+        con.execute(f"CREATE OR REPLACE TEMP TABLE lent_copy AS SELECT tensor_source({k}) AS b")
+        kept = a.copy()
+        a[:] = -1.0  # the query is over: neither the fetched block nor the table may see this
+        slot.clear()
+    stored = con.execute("SELECT b FROM lent_copy").fetchone()[0]
+    assert np.frombuffer(stored, dtype=np.float64).tobytes() == kept.tobytes()
+    assert np.frombuffer(block, dtype=np.float64).tobytes() == kept[1000:6000].tobytes()
+    con.execute("DROP TABLE lent_copy")
+
+
 def test_source_block_errors_and_nulls(con, path):
     with udf_sink.Slot(path) as slot:
         slot.set(np.zeros((4, 4)))

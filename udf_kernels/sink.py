@@ -121,8 +121,9 @@ class Slot:
     once with the key in its text). ``tensor_source(key)`` reads the array; ``tensor_einsum_into(key, ...)``
     and the other writers write into it when it was set ``writable=True``.
 
-    The slot keeps a reference to the array it is set to, so the array outlives its use by the kernels.
-    The caller re-points or clears a slot only while no query reads or writes it. A Slot is not meant to
+    The slot keeps a reference to the array it is set to, so the array outlives its use by the kernels:
+    ``tensor_source`` hands DuckDB a blob that points at the array itself (no copy). The caller re-points
+    or clears a slot, and changes the array, only while no query reads or writes it. A Slot is not meant to
     be set from several threads at once (:meth:`set` reuses one shape buffer). Freed on :meth:`free`, on
     leaving a ``with`` block, or when garbage collected.
     """

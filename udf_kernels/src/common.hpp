@@ -261,6 +261,23 @@ inline void set_blob(duckdb_vector out, idx_t row, const void *data, size_t byte
 	duckdb_vector_assign_string_element_len(out, row, p, bytes);
 }
 
+// Sets row `row` of BLOB vector `out` to `bytes` at `data` without copying them: the vector's entry points
+// at the caller's memory, which must stay valid and unchanged until the query that reads the vector ends.
+// Only tensor_source uses it, over a slot's lent array (the caller holds the array, and clears the slot,
+// only after the query is done). Blobs short enough to be inlined (12 bytes) are copied as DuckDB requires.
+inline void set_blob_ref(duckdb_vector out, idx_t row, const void *data, size_t bytes) {
+	constexpr size_t kInlined = 12; // duckdb_string_t's inlined bytes
+	static_assert(sizeof(duckdb_string_t) == 16, "DuckDB's string_t layout");
+	if (bytes <= kInlined || data == nullptr) {
+		set_blob(out, row, data, bytes);
+		return;
+	}
+	duckdb_string_t &s = static_cast<duckdb_string_t *>(duckdb_vector_get_data(out))[row];
+	s.value.pointer.length = static_cast<uint32_t>(bytes); // bytes <= kMaxBlobBytes, checked by the callers
+	std::memcpy(s.value.pointer.prefix, data, sizeof(s.value.pointer.prefix));
+	s.value.pointer.ptr = static_cast<char *>(const_cast<void *>(data)); // DuckDB's type is not const; read only
+}
+
 // ---------------------------------------------------------------------------------------------
 // Sizes.
 // ---------------------------------------------------------------------------------------------

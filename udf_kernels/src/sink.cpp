@@ -164,7 +164,7 @@ void tensor_source(duckdb_function_info info, duckdb_data_chunk input, duckdb_ve
 				fail(std::string(FN) + ": slot " + std::to_string(src.key) + " holds " + std::to_string(bytes) +
 				     " bytes, more than a blob's " + std::to_string(kMaxBlobBytes) + " (read it in blocks)");
 			}
-			set_blob(output, row, s.base, static_cast<size_t>(bytes));
+			set_blob_ref(output, row, s.base, static_cast<size_t>(bytes)); // no copy: the array outlives the query
 		}
 	});
 }
@@ -200,8 +200,8 @@ void tensor_source_block(duckdb_function_info info, duckdb_data_chunk input, duc
 				off += start[d] * s.strides[d];
 			}
 			const size_t bytes = static_cast<size_t>(n) * isz;
-			if (n == 0 || sink_block_contiguous(s, block)) { // one run of the array: copied once, into the blob
-				set_blob(output, row, s.base + static_cast<size_t>(off) * isz, bytes);
+			if (n == 0 || sink_block_contiguous(s, block)) { // one run of the array: the blob points at it
+				set_blob_ref(output, row, s.base + static_cast<size_t>(off) * isz, bytes);
 				continue;
 			}
 			zero.assign(block.size(), 0);

@@ -86,8 +86,10 @@ void tensor_sink_write(duckdb_function_info info, duckdb_data_chunk input, duckd
 // The slot `key` for reading; fails naming fn when there is none or it is empty.
 Sink source_find(int64_t key, const char *fn);
 
-// tensor_source(key BIGINT) -> BLOB: the slot's whole array in C order. Volatile, so a prepared statement
-// reads the slot again at every EXECUTE.
+// tensor_source(key BIGINT) -> BLOB: the slot's whole array in C order, not copied: the blob points at the
+// lent array, so the array must stay alive and unchanged until the query is over (the Python Slot holds it,
+// and tensorsql clears a slot only after the query that reads it has finished). Volatile, so a prepared
+// statement reads the slot again at every EXECUTE.
 void tensor_source(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 // tensor_source(key BIGINT, start BIGINT[], shape BIGINT[]) -> BLOB: the block of `shape` at element
 // coordinates `start` of the slot's array.

@@ -3,7 +3,7 @@
 It runs finished plans (``compile.plan.Plan``); it never plans. Per plan it keeps its own state in a weak
 table: the generated statements, the prepared statement, and how each array operand reaches the query:
 - a small one-block operand is *lent*: a reusable slot of the extension's C ABI points at the caller's array
-  for one run, and the statement reads it with ``tensor_source(<slot key>)`` (one memcpy, no DDL, no Arrow);
+  for one run, and the statement reads it with ``tensor_source(<slot key>)`` (no copy, no DDL, no Arrow);
 - any other operand is split into an Arrow table (``backends.arrow.split``, zero-copy where the blocking
   allows) and registered as a view under a name fixed for the plan.
 The result comes back through a result sink (the kernels write into the caller's array) or through Arrow.
@@ -66,13 +66,13 @@ log = logging.getLogger("tensorsql")
 #: results up to this many bytes are fetched as rows rather than through an Arrow export
 SMALL_RESULT_BYTES = 1 << 18
 #: one-block array operands up to this many bytes are lent through a slot and inlined where they are read
-#: (one copy into a DuckDB blob per read)
+#: (the kernels read the caller's array itself)
 SLOT_BYTES = 1 << 20
 #: other array operands up to this many bytes are lent through a slot too, read a block per row
-#: (``sqlgen.slot_blocks``: one copy per block); bigger ones are registered as Arrow views, which DuckDB reads
-#: in place. A view costs ~1-2 ms to register and unregister per run and keeps the statement from being
-#: prepared (a prepared plan may hold the old view's scan): a 1024 x 1024 float32 product of two lent
-#: operands took 1.6 ms where two views took 4 ms.
+#: (``sqlgen.slot_blocks``: a block that is a run of the array is read in place, others copied); bigger ones
+#: are registered as Arrow views, which DuckDB reads in place. A view costs ~1-2 ms to register and
+#: unregister per run and keeps the statement from being prepared (a prepared plan may hold the old view's
+#: scan): a 1024 x 1024 float32 product of two lent operands took 1.6 ms where two views took 4 ms.
 BLOCK_SLOT_BYTES = 16 << 20
 
 #: memory DuckDB needs besides the blocks of a query (measured: a few MiB), and the least wave budget
