@@ -3,6 +3,8 @@ trained from a table (accuracy, a numpy-by-hand MLP), checkpoint and resume, sav
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -159,6 +161,39 @@ def test_cached_and_streamed_rows_train_alike(s, separable, monkeypatch):
     assert not [t for (t,) in s.execute("SELECT table_name FROM duckdb_tables()") if t.startswith("_ts_fit")]
     with pytest.raises(ts.ConfigError, match="cache must be True, False or None"):
         ml.fit(ml.LogisticRegression(s, 4), "points", feats, "label", cache="yes", progress=False)
+
+
+@pytest.mark.parametrize("threads", [2, 3])
+def test_batches_gathered_by_several_threads_are_the_same(separable, threads, monkeypatch):
+    """A big batch is gathered by the session's threads, a share each: the same rows in the same order as
+    one thread gathers them, so training goes bit for bit the same; the threads end with the run."""
+    feats = ["f0", "f1", "f2", "f3"]
+    x, y = separable
+    runs = []
+    real = train._Cached._gather
+    with ts.connect(threads=threads) as s2:
+        table(s2, "points", {**{f"f{i}": x[:, i] for i in range(4)}, "label": y})
+        for split in (1 << 60, 1):  # never split; every batch split
+            monkeypatch.setattr(train, "GATHER_SPLIT_BYTES", split)
+            gathered = []
+
+            def gather(self, part, gathered=gathered):
+                out = real(self, part)
+                gathered.append((self.pool is not None, out.copy()))
+                return out
+
+            monkeypatch.setattr(train._Cached, "_gather", gather)
+            model = ml.LogisticRegression(s2, 4, dtype="float64")
+            hist = ml.fit(model, "points", feats, "label", epochs=2, batch_size=250, optimizer=ml.Adam(0.1),
+                          progress=False)  # fmt: skip
+            runs.append((hist.losses, model.weights()["W"], gathered))
+            assert not [t for t in threading.enumerate() if t.name.startswith("tensorsql-gather")]
+    (l1, w1, g1), (l2, w2, g2) = runs
+    assert [len(b) for _, b in g1] == [250, 250, 250, 250, 200] * 2
+    assert all(pooled for pooled, _ in g2)
+    for (_, a), (_, b) in zip(g1, g2, strict=True):
+        assert a.tobytes() == b.tobytes()
+    assert l1 == l2 and w1.tobytes() == w2.tobytes()
 
 
 def test_mlp_full_batch_steps_match_numpy_by_hand(s):
