@@ -12,7 +12,7 @@
 
 torch is the issue's peer: ``make bench`` installs its CPU build; without it its rows say so.
 
-Run: ``python -m benchmarks.ml [--rows 1000000] [--epochs 10] [--quick]``.
+Run: ``python -m benchmarks.ml [--rows 1000000] [--epochs 10] [--rounds 2] [--repeat 3] [--quick]``.
 """
 
 from __future__ import annotations
@@ -64,51 +64,57 @@ def _read(s: ts.Session, feats: list[str]) -> tuple[np.ndarray, np.ndarray, floa
     return xs, ys, time.perf_counter() - t
 
 
-def logistic(s: ts.Session, rows: int, epochs: int, batch: int, threads: int) -> None:
+Peer = Callable[[], "tuple[float, float, float]"]
+
+
+def logistic(s: ts.Session, rows: int, epochs: int, batch: int, threads: int, rounds: int = 2) -> None:
+    """Each peer trains ``rounds`` times, the peers taking turns (a pause between runs), and its fastest run
+    is reported: on a shared VM the machine's speed drifts over a minute, which would otherwise land on
+    whichever peer ran during a slow spell."""
     x, y = _table(s, rows)
     feats = [f"f{i}" for i in range(FEATURES)]
-    print(f"logistic regression: {rows:,} rows x {FEATURES} float32 features, {epochs} epochs, batch {batch}")
+    print(f"logistic regression: {rows:,} rows x {FEATURES} float32 features, {epochs} epochs, batch {batch}"
+          f" (each peer's best of {rounds} runs, taken in turns)")  # fmt: skip
 
-    model = ml.LogisticRegression(s, FEATURES, dtype="float32")
-    t = time.perf_counter()
-    ml.fit(model, "bench_ml", feats, "label", epochs=epochs, batch_size=batch, optimizer=ml.Adam(0.05),
-           progress=False)  # fmt: skip
-    ts_time = (time.perf_counter() - t) / epochs
-    z = model.forward(x).numpy()
-    rows_out = [("tensorsql ml.fit (from the table)", ts_time, _bce(z, y), float(((z > 0) == y).mean()))]
+    def tensorsql_fit() -> tuple[float, float, float]:
+        model = ml.LogisticRegression(s, FEATURES, dtype="float32")
+        t = time.perf_counter()
+        ml.fit(model, "bench_ml", feats, "label", epochs=epochs, batch_size=batch, optimizer=ml.Adam(0.05),
+               progress=False)  # fmt: skip
+        sec = (time.perf_counter() - t) / epochs
+        z = model.forward(x).numpy()
+        return sec, _bce(z, y), float(((z > 0) == y).mean())
 
-    # numpy by hand: the table read into memory once (timed), the same Adam
-    xs, ys, read = _read(s, feats)
-    w, b = np.zeros(FEATURES, np.float32), np.float32(0)
-    m = [np.zeros_like(w), np.float32(0)]
-    v = [np.zeros_like(w), np.float32(0)]
-    rng = np.random.default_rng(0)
-    step = 0
-    t = time.perf_counter()
-    for _ in range(epochs):
-        order = rng.permutation(len(ys))
-        for lo in range(0, len(ys), batch):
-            idx = order[lo : lo + batch]
-            xb, yb = xs[idx], ys[idx]
-            p = np.exp(-np.logaddexp(0, -(xb @ w + b)))  # the sigmoid, without overflow
-            gz = (p - yb) / len(yb)
-            grads = [xb.T @ gz, gz.sum()]
-            step += 1
-            new = []
-            for i, (param, g) in enumerate(zip((w, b), grads, strict=True)):
-                m[i] = 0.9 * m[i] + 0.1 * g
-                v[i] = 0.999 * v[i] + 0.001 * g * g
-                mh, vh = m[i] / (1 - 0.9**step), v[i] / (1 - 0.999**step)
-                new.append(param - 0.05 * mh / (np.sqrt(vh) + 1e-8))
-            w, b = new
-    np_time = (time.perf_counter() - t + read) / epochs
-    z = x @ w + b
-    rows_out.append(("numpy by hand (table read once)", np_time, _bce(z, y), float(((z > 0) == y).mean())))
+    def numpy_by_hand() -> tuple[float, float, float]:
+        # the table read into memory once (timed), the same Adam
+        xs, ys, read = _read(s, feats)
+        w, b = np.zeros(FEATURES, np.float32), np.float32(0)
+        m = [np.zeros_like(w), np.float32(0)]
+        v = [np.zeros_like(w), np.float32(0)]
+        rng = np.random.default_rng(0)
+        step = 0
+        t = time.perf_counter()
+        for _ in range(epochs):
+            order = rng.permutation(len(ys))
+            for lo in range(0, len(ys), batch):
+                idx = order[lo : lo + batch]
+                xb, yb = xs[idx], ys[idx]
+                p = np.exp(-np.logaddexp(0, -(xb @ w + b)))  # the sigmoid, without overflow
+                gz = (p - yb) / len(yb)
+                grads = [xb.T @ gz, gz.sum()]
+                step += 1
+                new = []
+                for i, (param, g) in enumerate(zip((w, b), grads, strict=True)):
+                    m[i] = 0.9 * m[i] + 0.1 * g
+                    v[i] = 0.999 * v[i] + 0.001 * g * g
+                    mh, vh = m[i] / (1 - 0.9**step), v[i] / (1 - 0.999**step)
+                    new.append(param - 0.05 * mh / (np.sqrt(vh) + 1e-8))
+                w, b = new
+        sec = (time.perf_counter() - t + read) / epochs
+        z = x @ w + b
+        return sec, _bce(z, y), float(((z > 0) == y).mean())
 
-    torch = _torch()
-    if torch is None:
-        rows_out.append(("torch CPU: not installed", float("nan"), float("nan"), float("nan")))
-    else:
+    def torch_cpu() -> tuple[float, float, float]:
         xs, ys, read = _read(s, feats)
         tx, ty = torch.from_numpy(xs), torch.from_numpy(ys)
         lin = torch.nn.Linear(FEATURES, 1)
@@ -126,30 +132,53 @@ def logistic(s: ts.Session, rows: int, epochs: int, batch: int, threads: int) ->
                 loss = torch.nn.functional.binary_cross_entropy_with_logits(lin(tx[idx])[:, 0], ty[idx])
                 loss.backward()
                 opt.step()
-        torch_time = (time.perf_counter() - t + read) / epochs
+        sec = (time.perf_counter() - t + read) / epochs
         with torch.no_grad():
             z = lin(torch.from_numpy(x))[:, 0].numpy()
-        rows_out.append(("torch CPU (table read once)", torch_time, _bce(z, y), float(((z > 0) == y).mean())))
+        return sec, _bce(z, y), float(((z > 0) == y).mean())
 
-    try:
-        from sklearn.linear_model import SGDClassifier
-    except ImportError:
-        rows_out.append(("scikit-learn: not installed", float("nan"), float("nan"), float("nan")))
-    else:
+    def scikit_learn() -> tuple[float, float, float]:
         xs, ys, read = _read(s, feats)
         clf = SGDClassifier(loss="log_loss", learning_rate="constant", eta0=0.01, random_state=0)
+        rng = np.random.default_rng(0)
         t = time.perf_counter()
         for _ in range(epochs):
             order = rng.permutation(len(ys))
             for lo in range(0, len(ys), batch):
                 idx = order[lo : lo + batch]
                 clf.partial_fit(xs[idx], ys[idx], classes=[0, 1])
-        sk_time = (time.perf_counter() - t + read) / epochs
+        sec = (time.perf_counter() - t + read) / epochs
         z = clf.decision_function(x)
-        rows_out.append(("scikit-learn SGDClassifier", sk_time, _bce(z, y), float(((z > 0) == y).mean())))
+        return sec, _bce(z, y), float(((z > 0) == y).mean())
+
+    peers: dict[str, Peer | None] = {
+        "tensorsql ml.fit (from the table)": tensorsql_fit,
+        "numpy by hand (table read once)": numpy_by_hand,
+    }
+    torch = _torch()
+    peers["torch CPU (table read once)" if torch is not None else "torch CPU: not installed"] = (
+        torch_cpu if torch is not None else None
+    )
+    try:
+        from sklearn.linear_model import SGDClassifier
+    except ImportError:
+        peers["scikit-learn: not installed"] = None
+    else:
+        peers["scikit-learn SGDClassifier"] = scikit_learn
+    nan = float("nan")
+    best: dict[str, tuple[float, float, float]] = {name: (nan, nan, nan) for name in peers}
+    for _ in range(rounds):
+        for name, run in peers.items():
+            if run is None:
+                continue
+            time.sleep(_SETTLE)
+            got = run()
+            if not got[0] >= best[name][0]:  # the first run, or a faster one
+                best[name] = got
+    ts_time = best["tensorsql ml.fit (from the table)"][0]
     print(f"  {'':36s} {'s / epoch':>10s} {'final loss':>11s} {'accuracy':>9s} {'tensorsql / it':>15s}")
-    for name, sec, loss, acc in rows_out:
-        ratio = ts_time / sec if sec == sec else float("nan")
+    for name, (sec, loss, acc) in best.items():
+        ratio = ts_time / sec if sec == sec else nan
         print(f"  {name:36s} {sec:10.3f} {loss:11.4f} {acc:9.4f} {ratio:15.2f}")
 
 
@@ -272,6 +301,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=2, help="logistic regression: each peer's runs, in turns")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", choices=["logistic", "ffnn", "transformer"], default=None)
@@ -282,7 +312,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     with ts.connect(threads=args.threads) as s:
         if args.only in (None, "logistic"):
-            logistic(s, rows, epochs, 8192, args.threads)
+            logistic(s, rows, epochs, 8192, args.threads, max(1, args.rounds))
         if args.only in (None, "ffnn"):
             layers = [784, 128, 128, 10] if args.quick else [784, 1024, 1024, 10]
             ffnn_step(s, 256 if args.quick else 1024, layers, args.repeat)
