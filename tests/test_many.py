@@ -10,7 +10,8 @@ from test_result_sink import _sparse
 
 import tensorsql as ts
 from tensorsql.backends.duckdb import executor as duck_executor
-from tensorsql.backends.duckdb import many
+from tensorsql.backends.duckdb import many, sqlgen
+from tensorsql.ir import tra as T
 from tensorsql.ml.train import Stepper
 
 
@@ -212,3 +213,39 @@ def test_every_block_of_a_checked_statement_counts(s):
     assert got is not None  # complete: no fallback
     _assert_same(got, [a @ w * 2.0, (a @ w).sum()])
     s.drop("many_blocks")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int64", "complex128"])
+def test_a_sum_within_one_block_is_no_aggregate(s, dtype):
+    """A reduction whose summed labels are one block each sums within its block (the unary kernel) and needs
+    no aggregate over rows: each group is one row. Summed labels of several blocks still aggregate."""
+    rng = np.random.default_rng(21)
+    a = (rng.standard_normal((6, 10)) * 4).astype(dtype)
+    whole = s.einsum("ab->", a)
+    assert "tensor_sum(" not in whole.sql() and "GROUP BY" not in whole.sql()
+    np.testing.assert_allclose(whole.numpy(), a.sum(), rtol=1e-12, atol=1e-5 * np.abs(a).sum())
+    rows = s.einsum("ab->a", s.from_numpy(a, block_shape=(2, 10)))  # b one block: a sum within each row block
+    assert "tensor_sum(" not in rows.sql()
+    np.testing.assert_allclose(rows.numpy(), a.sum(1), rtol=1e-12, atol=1e-5 * np.abs(a).sum())
+    cols = s.einsum("ab->a", s.from_numpy(a, block_shape=(6, 4)))  # b in three blocks, as the planner likes
+    np.testing.assert_allclose(cols.numpy(), a.sum(1), rtol=1e-12, atol=1e-5 * np.abs(a).sum())
+
+
+def test_only_groups_of_one_row_skip_the_aggregate():
+    """The rule itself (``sqlgen._single_rows``): an aggregate over a per-block kernel's rows is its child's
+    block only when every label it sums over is one block and the dtype stays."""
+
+    def agg(blocks, dtype="float64", keep=("a",)):
+        src = T.Input(T.positional((6, 10), blocks, "float64"), 0, "x")
+        sizes, split = {"a": 6, "b": 10}, {"a": blocks[0], "b": blocks[1]}
+        child_schema = T.Schema(("a", "b"), ("a",), sizes, split, "float64")
+        unary = T.Unary(child_schema, T.Relabel(src.schema, src, ("a", "b")), "sum")
+        kept = {k: child_schema.sizes[k] for k in keep}
+        schema = T.Schema(keep, ("a",), kept, {k: child_schema.blocks[k] for k in keep}, dtype)
+        return T.Aggregate(schema, unary, "sum")
+
+    assert sqlgen._single_rows(agg((2, 10)))  # b one block: a group is one row
+    assert not sqlgen._single_rows(agg((2, 4)))  # b in three blocks: three rows a group
+    assert not sqlgen._single_rows(agg((2, 10), dtype="complex128"))  # the aggregate casts
+    assert sqlgen._single_rows(agg((6, 10), keep=()))  # nothing kept, everything one block
+    assert not sqlgen._single_rows(agg((2, 10), keep=()))  # a in three blocks summed away

@@ -79,48 +79,40 @@ WITH "t0" AS (
     "c"."k1"
 )
 SELECT
-  "w"."o",
-  COUNT("w"."written") AS "blocks",
-  SUM("w"."written") AS "elements"
+  0 AS "o",
+  "w"."written"
 FROM (
   SELECT
-    0 AS "o",
-    "w"."written"
-  FROM (
-    SELECT
-      tensor_sink_write(CAST(11 AS BIGINT), CAST([] AS BIGINT[]), 'float64', "c"."tensor", CAST([] AS BIGINT[])) AS "written"
-    FROM "t1" AS "c"
-  ) AS "w"
-  UNION ALL
-  SELECT
-    1 AS "o",
-    "w"."written"
-  FROM (
-    SELECT
-      tensor_einsum_agg_into(
-        CAST(12 AS BIGINT),
-        ["x"."k0" * 4, "y"."k1" * 2],
-        'ab,bc->ac',
-        'multiply',
-        'sum',
-        'float64',
-        "x"."tensor",
-        "x"."__ts_shape",
-        "y"."tensor",
-        [5, 2]
-      ) AS "written"
-    FROM (
-      SELECT
-        *,
-        tensor_pin([4, 5]) AS "__ts_shape"
-      FROM "_ts_shared_0_0" AS "x"
-    ) AS "x"
-    JOIN "t2" AS "y"
-      ON "x"."k1" = "y"."k0"
-    GROUP BY
-      "x"."k0",
-      "y"."k1"
-  ) AS "w"
+    tensor_sink_write(CAST(11 AS BIGINT), CAST([] AS BIGINT[]), 'float64', "c"."tensor", CAST([] AS BIGINT[])) AS "written"
+  FROM "t1" AS "c"
 ) AS "w"
-GROUP BY
-  "w"."o"
+UNION ALL
+SELECT
+  1 AS "o",
+  "w"."written"
+FROM (
+  SELECT
+    tensor_einsum_agg_into(
+      CAST(12 AS BIGINT),
+      ["x"."k0" * 4, "y"."k1" * 2],
+      'ab,bc->ac',
+      'multiply',
+      'sum',
+      'float64',
+      "x"."tensor",
+      "x"."__ts_shape",
+      "y"."tensor",
+      [5, 2]
+    ) AS "written"
+  FROM (
+    SELECT
+      *,
+      tensor_pin([4, 5]) AS "__ts_shape"
+    FROM "_ts_shared_0_0" AS "x"
+  ) AS "x"
+  JOIN "t2" AS "y"
+    ON "x"."k1" = "y"."k0"
+  GROUP BY
+    "x"."k0",
+    "y"."k1"
+) AS "w"

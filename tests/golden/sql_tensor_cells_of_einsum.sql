@@ -95,10 +95,8 @@ FROM (
         ), "t1" AS (
           SELECT
             "c"."k0" AS "k0",
-            tensor_sum(tensor_einsum1('ab->a', 'sum', 'float64', "c"."tensor", [4, 4]), 'float64') AS "tensor"
+            tensor_einsum1('ab->a', 'sum', 'float64', "c"."tensor", [4, 4]) AS "tensor"
           FROM "t0" AS "c"
-          GROUP BY
-            "c"."k0"
         )
         SELECT
           *

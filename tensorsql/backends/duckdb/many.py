@@ -204,8 +204,11 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
             finally:
                 for slot in (*m.sinks, *m.slots):
                     slot.clear()
-        written = {int(o): int(elements) for o, _blocks, elements in rows if o is not None}
-        if any(written.get(j, 0) != out.size for j, out in enumerate(outs)):
+        written = [0] * len(outs)
+        for o, elements in rows:  # a row per block written (the guard's rows, if any, have no output)
+            if o is not None:
+                written[o] += elements
+        if any(w != out.size for w, out in zip(written, outs, strict=True)):
             return None
         return outs
 
