@@ -132,6 +132,18 @@ def test_absent_blocks_of_a_stored_input_are_zeros(s):
     _assert_same(got, [want.sum(), want * 2.0, np.exp(want)])
 
 
+def test_padding_rows_of_an_absent_block_count_nothing(s):
+    """A computed side paired by position with a sparse stored input pads the missing block's row: its sink
+    writes nothing (NULL), which the completeness count skips; the call then runs the plans one by one."""
+    rng = np.random.default_rng(22)
+    A, dense = _sparse(s, rng.standard_normal((4000, 600)), (2000, 600), [(0, 0)])
+    W = s.placeholder((600, 300), "float64", name="w")
+    f = s.compile([ts.tanh(A) @ W, W * 2.0], [W], share=True)  # tanh keeps zeros: the block stays absent
+    w = rng.standard_normal((600, 300))
+    got = f(w)
+    _assert_same(got, [np.tanh(dense) @ w, w * 2.0])
+
+
 def test_a_shape_error_names_the_input(s):
     outputs, inputs = _graph(s, ((4, 3), (3, 2)))
     f = s.compile(outputs, inputs, share=True)

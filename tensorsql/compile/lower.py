@@ -13,6 +13,7 @@ from tensorsql.compile import waves
 from tensorsql.compile.fuse import consumers, fuse
 from tensorsql.frontend.subscripts import label_name
 from tensorsql.ir import expr as E
+from tensorsql.ir import ops
 from tensorsql.ir import tra as T
 from tensorsql.ir.blocking import Partitioning, numel, slice_blocks
 
@@ -143,6 +144,8 @@ def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
     if isinstance(node, E.Map):
         child = reblock(go(node.input), part.block_shapes[node])
         s = child.schema
+        if T.may_lack_blocks(child) and not ops.keeps_zero(node.fn, s.dtype, node.param):
+            child = T.Densify(s, child)  # an absent block is zeros, and this map does not keep zeros
         return T.MapBlocks(
             T.Schema(s.keys, s.blob, s.sizes, s.blocks, node.dtype), child, node.fn, node.param
         )

@@ -130,6 +130,13 @@ class _Walk:
             # a source block also overlaps target blocks outside the ranges: those come out partly
             # assembled, and are dropped here
             return T.Restrict(s, new, tuple((k, *ranges[k]) for k in s.keys if k in ranges))
+        if isinstance(rel, T.Densify):
+            self.count(rel, ranges)
+            new = T.with_inputs(rel, (self.push(rel.child, ranges),))
+            if not ranges:
+                return new
+            # the grid is the whole relation's: only the wave's blocks are kept
+            return T.Restrict(s, new, tuple((k, *ranges[k]) for k in s.keys if k in ranges))
         if isinstance(rel, T.Slice):
             self.count(rel, ranges)
             new = T.with_inputs(rel, (self.push(rel.child, _sliced(rel, ranges)),))

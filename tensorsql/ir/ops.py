@@ -296,6 +296,17 @@ def map_dtype(fn: str, dtype: str, param: float | None = None) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
+def keeps_zero(fn: str, dtype: str, param: float | None = None) -> bool:
+    """Whether map ``fn`` (with ``param``) sends 0 to 0 for ``dtype`` input, by its numpy form: a map that
+    does not (exp, sigmoid, log, reciprocal, pow with an exponent <= 0, ...) must also run on the zero
+    blocks a relation leaves out (``T.Densify``)."""
+    op = lookup("map", fn)
+    with np.errstate(all="ignore"):
+        out = np.asarray(op.numpy(np.zeros(1, dtype=dtype), map_param(param)))
+    return bool(np.all(out == 0))
+
+
+@functools.lru_cache(maxsize=1024)
 def _numpy_map_dtype(fn: str, dtype: str, p: int | float | None) -> str:
     op = lookup("map", fn)
     if op.promotes == NEGATIVE_OR_FRACTIONAL_PARAM and isinstance(p, int) and p < 0 and _is_integer(dtype):

@@ -130,6 +130,16 @@ class CastBlocks(Rel):
 
 
 @dataclass(frozen=True, eq=False)
+class Densify(Rel):
+    """Every block of the grid: the child's block where it has one, a zero block where it does not (an
+    absent block of a stored relation). Put before a map whose value at zero is not zero (``exp``,
+    ``sigmoid``, ...): a map runs on the blocks that are there, and an absent block is zeros, so without this
+    its result would stay zeros instead of f(0). Positional, same schema as the child."""
+
+    child: Rel
+
+
+@dataclass(frozen=True, eq=False)
 class Positional(Rel):
     """Rename the keys back to k0..k{r-1} in blob order: the boundary between expression nodes."""
 
@@ -205,7 +215,16 @@ def inputs(rel: Rel) -> tuple[Rel, ...]:
         return (rel.left, rel.right)
     if isinstance(
         rel,
-        Relabel | Repartition | Aggregate | Unary | MapBlocks | CastBlocks | Positional | Restrict | Slice,
+        Relabel
+        | Repartition
+        | Aggregate
+        | Unary
+        | MapBlocks
+        | CastBlocks
+        | Positional
+        | Restrict
+        | Slice
+        | Densify,
     ):
         return (rel.child,)
     raise TypeError(f"unhandled TRA node {type(rel).__name__}")
@@ -243,6 +262,12 @@ def nodes(root: Rel) -> Iterator[Rel]:
         seen.add(r)
         yield r
         stack.extend(inputs(r))
+
+
+def may_lack_blocks(rel: Rel) -> bool:
+    """Whether a relation may miss blocks: it reads a stored relation (a user's table may be sparse;
+    arrays and what is computed from them alone are dense)."""
+    return any(isinstance(r, Scan) for r in nodes(rel))
 
 
 def may_pad(rel: Rel) -> bool:

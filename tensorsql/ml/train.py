@@ -290,8 +290,8 @@ class _Cached(_Rows):
         self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, n: int, chunk: int
     ) -> None:
         self.local, self.chunk = local, chunk
-        threads = int(getattr(local, "workers", 1) or 1)
-        self.pool = ThreadPoolExecutor(threads - 1, "tensorsql-gather") if threads > 1 else None
+        self.threads = int(getattr(local, "workers", 1) or 1)
+        self.pool: ThreadPoolExecutor | None = None  # made at the first big gather (inside fit's try)
         src = exp.Subquery(this=probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         columns = [*feats, label]
         query = exp.select(*[_col(c) for c in columns], exp.alias_(_row_hash(columns), _HASH, quoted=True))
@@ -332,10 +332,12 @@ class _Cached(_Rows):
         """The feature rows ``part`` (row numbers), in that order; split among the pool's threads when big
         (numpy's take lets go of the GIL while it copies)."""
         x = self.x
-        if self.pool is None or len(part) * x.strides[0] < GATHER_SPLIT_BYTES:
+        if self.threads < 2 or len(part) * x.strides[0] < GATHER_SPLIT_BYTES:
             return np.take(x, part, axis=0)
+        if self.pool is None:
+            self.pool = ThreadPoolExecutor(self.threads - 1, "tensorsql-gather")
         out = np.empty((len(part), x.shape[1]), dtype=x.dtype)
-        cuts = np.linspace(0, len(part), self.pool._max_workers + 2, dtype=np.int64)
+        cuts = np.linspace(0, len(part), self.threads + 1, dtype=np.int64)
         # mode="clip" lets numpy write into ``out`` unbuffered; every row number is in range, so it clips none
         done = [
             self.pool.submit(np.take, x, part[a:b], 0, out[a:b], "clip")

@@ -16,7 +16,6 @@ from sqlglot import exp
 from tensorsql.backends.duckdb import sqlgen
 from tensorsql.backends.duckdb.sqlgen import call, col, ident, lit
 from tensorsql.errors import CastingError, DTypeError, RangeError, ShapeError
-from tensorsql.ir import blocking as B
 from tensorsql.ir import tra as T
 
 #: the start of every row check's message (``row_error`` maps it to a typed error)
@@ -184,29 +183,4 @@ def blocks_from_rows(
         .group_by(*[col("p", f"k{d}") for d in range(r)])
     )
     # densify: every block key of the grid, a zero block where no row fell
-    zeros = call(
-        "tensor_zeros",
-        lit(dtype),
-        sqlgen.array([sqlgen.extent(pos, f"k{d}", col(f"g{d}", "k")) for d in range(r)]),
-    )
-    dense = exp.select(
-        *[
-            exp.alias_(exp.Cast(this=col(f"g{d}", "k"), to=exp.DataType.build("INTEGER")), ident(f"k{d}"))
-            for d in range(r)
-        ],
-        exp.alias_(call("coalesce", col("b", "tensor"), zeros), ident("tensor")),
-    )
-    if r == 0:
-        dense = dense.from_(exp.select(exp.alias_(lit(0), ident("one"))).subquery("g"))
-    for d, n in enumerate(B.grid(shape, block_shape)):
-        rng = exp.Table(
-            this=call("range", lit(0), lit(n)),
-            alias=exp.TableAlias(this=ident(f"g{d}"), columns=[ident("k")]),
-        )
-        dense = dense.from_(rng) if d == 0 else dense.join(rng, join_type="cross")
-    on = (
-        exp.and_(*[exp.EQ(this=col("b", f"k{d}"), expression=col(f"g{d}", "k")) for d in range(r)])
-        if r
-        else exp.true()
-    )
-    return dense.join(packed.subquery("b"), on=on, join_type="left")
+    return sqlgen.dense_grid(pos, packed.subquery("b"))

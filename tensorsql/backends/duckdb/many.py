@@ -205,8 +205,8 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
                 for slot in (*m.sinks, *m.slots):
                     slot.clear()
         written = [0] * len(outs)
-        for o, elements in rows:  # a row per block written (the guard's rows, if any, have no output)
-            if o is not None:
+        for o, elements in rows:  # a row per block (the guard's rows have no output; a padding row, no write)
+            if o is not None and elements is not None:
                 written[o] += elements
         if any(w != out.size for w, out in zip(written, outs, strict=True)):
             return None

@@ -606,6 +606,8 @@ class _Builder:
             return self.repartition(rel)
         if isinstance(rel, T.Slice):
             return self.slice(rel)
+        if isinstance(rel, T.Densify):
+            return dense_grid(rel.schema, table(self.ref(rel.child), "b"))
         if isinstance(rel, T.Restrict):  # a stored table's blocks checked as they pass (``read``)
             sc = self.src(rel, "c")
             tensor = self.read(rel.child, "c") if sc.value is None else sc.tensor()
@@ -957,6 +959,36 @@ def _single_rows(rel: T.Aggregate) -> bool:
         and c.dtype == rel.schema.dtype
         and all(c.nblocks(lab) == 1 for lab in c.keys if lab not in rel.schema.keys)
     )
+
+
+def dense_grid(schema: T.Schema, blocks: exp.Expression) -> exp.Select:
+    """(k0.., tensor) for every block key of a positional ``schema``'s grid: the block of ``blocks`` (a
+    FROM item aliased ``b``, with k0.. and tensor columns) where it has one, else ``tensor_zeros`` of the
+    block's extent. The grid of keys is a cross join of ``range`` tables, LEFT JOINed with the blocks."""
+    r = len(schema.keys)
+    extents = [extent(schema, k, col(f"g{d}", "k")) for d, k in enumerate(schema.keys)]
+    zeros = call("tensor_zeros", lit(schema.dtype), array(extents))
+    dense = exp.select(
+        *[
+            exp.alias_(exp.Cast(this=col(f"g{d}", "k"), to=exp.DataType.build("INTEGER")), ident(k))
+            for d, k in enumerate(schema.keys)
+        ],
+        exp.alias_(call("coalesce", col("b", "tensor"), zeros), ident("tensor")),
+    )
+    if r == 0:
+        dense = dense.from_(exp.select(exp.alias_(lit(0), ident("one"))).subquery("g"))
+    for d, k in enumerate(schema.keys):
+        rng = exp.Table(
+            this=call("range", lit(0), lit(schema.nblocks(k))),
+            alias=exp.TableAlias(this=ident(f"g{d}"), columns=[ident("k")]),
+        )
+        dense = dense.from_(rng) if d == 0 else dense.join(rng, join_type="cross")
+    on = (
+        exp.and_(*[exp.EQ(this=col("b", k), expression=col(f"g{d}", "k")) for d, k in enumerate(schema.keys)])
+        if r
+        else exp.true()
+    )
+    return dense.join(blocks, on=on, join_type="left")
 
 
 def _filtered(src: Src, *cols: exp.Expression) -> exp.Select:

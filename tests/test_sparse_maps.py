@@ -1,0 +1,87 @@
+"""Maps over stored relations that miss blocks: an absent block is zeros, so a map whose value at zero is
+not zero (exp, sigmoid, log, a negative power, ...) must give f(0) there, not leave the block out (which
+every consumer reads as zeros). The plan fills the grid first (``T.Densify``) only where it has to."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_result_sink import _sparse
+
+import tensorsql as ts
+from tensorsql.backends.duckdb.executor import DuckDBExecutor
+from tensorsql.ir import ops
+from tensorsql.ir import tra as T
+
+PARAMS = {"pow": [-1.0, 0.0, 2.0], "scale": [3.0]}
+
+
+def _cases():
+    for fn in ops.MAPS:
+        for p in PARAMS.get(fn, [None]) if ops.lookup("map", fn).param is not None else [None]:
+            yield fn, p
+
+
+def _plan_nodes(rel):
+    return list(T.nodes(rel.plan().tra))
+
+
+@pytest.fixture(scope="module")
+def s():
+    with ts.connect(threads=2) as session:
+        yield session
+
+
+@pytest.fixture(scope="module")
+def sparse(s):
+    rng = np.random.default_rng(40)
+    x = np.abs(rng.standard_normal((9, 8))) + 0.5  # positive: log, sqrt and powers stay real
+    return _sparse(s, x, (3, 4), [(0, 0), (1, 1), (2, 0)])  # three of six blocks absent
+
+
+@pytest.mark.parametrize(("fn", "param"), list(_cases()))
+def test_a_map_over_absent_blocks_is_the_map_of_zeros(s, sparse, fn, param):
+    A, dense = sparse
+    rel = ts.map(A, fn, param)
+    with np.errstate(all="ignore"):
+        want = np.asarray(ops.lookup("map", fn).numpy(dense, ops.map_param(param)))
+    got = rel.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    filled = any(isinstance(r, T.Densify) for r in _plan_nodes(rel))
+    assert filled == (not ops.keeps_zero(fn, "float64", param))  # only where the map does not keep zeros
+    total = rel.sum().numpy()  # a consumer after the map sees the same values
+    np.testing.assert_allclose(total, want.sum(), rtol=1e-12)
+
+
+def test_maps_of_arrays_are_never_filled(s):
+    """Arrays (and what is computed from them alone) have every block: no grid to fill."""
+    x = np.arange(12.0).reshape(3, 4)
+    rel = ts.exp(s.einsum("ij->ij", x))
+    assert not any(isinstance(r, T.Densify) for r in _plan_nodes(rel))
+    np.testing.assert_allclose(rel.numpy(), np.exp(x), rtol=1e-14)
+
+
+def test_filled_blocks_feed_joins_sinks_and_compiled_graphs(s, sparse):
+    A, dense = sparse
+    w = np.random.default_rng(41).standard_normal((8, 5))
+    got = (ts.exp(A) @ w).numpy()
+    np.testing.assert_allclose(got, np.exp(dense) @ w, rtol=1e-12)
+    W = s.placeholder((8, 5), "float64", name="w")
+    f = s.compile([ts.sigmoid(A) @ W, (ts.exp(A) * 2.0).sum()], [W], share=True)
+    y, total = f(w)
+    np.testing.assert_allclose(y, (1 / (1 + np.exp(-dense))) @ w, rtol=1e-12)
+    np.testing.assert_allclose(total, 2.0 * np.exp(dense).sum(), rtol=1e-12)
+    table = ts.exp(A).to_arrow()  # every block of the grid comes back, filled ones too
+    assert table.num_rows == 6
+
+
+def test_filled_blocks_in_waves(s, sparse, monkeypatch):
+    """A plan run in waves fills only each wave's blocks: every block once, none missing."""
+    A, dense = sparse
+    monkeypatch.setattr(DuckDBExecutor, "wave_budget", property(lambda self: 1 << 8))
+    rel = ts.exp(A) + 1.0
+    assert "runs in waves" in rel.explain()
+    np.testing.assert_allclose(rel.numpy(), np.exp(dense) + 1.0, rtol=1e-12)
+    np.testing.assert_allclose(s.from_arrow(rel.to_arrow()).numpy(), np.exp(dense) + 1.0, rtol=1e-12)
+    mapped = ts.exp(A)  # in A's blocks: six, each once
+    assert "runs in waves" in mapped.explain() and mapped.to_arrow().num_rows == 6
