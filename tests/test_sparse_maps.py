@@ -53,6 +53,17 @@ def test_a_map_over_absent_blocks_is_the_map_of_zeros(s, sparse, fn, param):
     np.testing.assert_allclose(total, want.sum(), rtol=1e-12)
 
 
+def test_integer_relations_and_negative_powers(s):
+    """An integer relation to a negative power is float64 (numpy refuses it): 1/0 at an absent block."""
+    x = np.arange(1, 13, dtype=np.int64).reshape(3, 4)
+    A, dense = _sparse(s, x, (1, 4), [(0, 0), (2, 0)])
+    assert not ops.keeps_zero("pow", "int64", -1.0) and ops.keeps_zero("pow", "int64", 2.0)
+    with np.errstate(divide="ignore"):
+        np.testing.assert_array_equal(ts.pow(A, -1).numpy(), 1.0 / dense.astype(np.float64))
+    np.testing.assert_array_equal(ts.pow(A, 2).numpy(), dense**2)
+    np.testing.assert_array_equal(ts.exp(A).numpy(), np.exp(dense))
+
+
 def test_maps_of_arrays_are_never_filled(s):
     """Arrays (and what is computed from them alone) have every block: no grid to fill."""
     x = np.arange(12.0).reshape(3, 4)

@@ -301,8 +301,12 @@ def keeps_zero(fn: str, dtype: str, param: float | None = None) -> bool:
     does not (exp, sigmoid, log, reciprocal, pow with an exponent <= 0, ...) must also run on the zero
     blocks a relation leaves out (``T.Densify``)."""
     op = lookup("map", fn)
+    zero = np.zeros(1, dtype=dtype)
     with np.errstate(all="ignore"):
-        out = np.asarray(op.numpy(np.zeros(1, dtype=dtype), map_param(param)))
+        try:
+            out = np.asarray(op.numpy(zero, map_param(param)))
+        except (ValueError, ArithmeticError):  # numpy refuses an integer to a negative power: 1/0 is not 0
+            out = np.asarray(op.numpy(zero.astype(np.float64), param))
     return bool(np.all(out == 0))
 
 
