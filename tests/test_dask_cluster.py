@@ -377,3 +377,17 @@ def test_rows_slices_and_operators_on_the_cluster(cs):
     np.testing.assert_allclose((rel @ rel.T + 1).numpy(), x @ x.T + 1)
     with pytest.raises(ConfigError, match="embedded DuckDB session"):
         cs.sql("SELECT 1")
+
+
+def test_a_map_fills_the_absent_blocks_of_a_stored_table(cs):
+    """exp of a stored table that lost a block (deleted with SQL): f(0) there, on the cluster too."""
+    x = -np.abs(np.random.default_rng(4).standard_normal((12, 8)))
+    cs.from_numpy(x, block_shape=(4, 8)).save("SPARSE_X", replace=True)
+    cs.execute('DELETE FROM "SPARSE_X" WHERE k0 = 1')
+    dense = x.copy()
+    dense[4:8] = 0.0
+    A = cs.table("SPARSE_X")
+    np.testing.assert_allclose(ts.exp(A).numpy(), np.exp(dense), rtol=1e-14)
+    w = np.ones((8, 3))
+    np.testing.assert_allclose((ts.sigmoid(A) @ w).numpy(), (1 / (1 + np.exp(-dense))) @ w, rtol=1e-13)
+    cs.drop("SPARSE_X")
