@@ -159,10 +159,15 @@ def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
     blocks = part.label_blocks[node]
     sizes: dict[int, int] = {}
     rels: list[T.Rel] = []
+    # multiply/sum skips an absent block exactly (its products are zeros, which add nothing); any other
+    # join or aggregation must see the zeros, so inputs that may miss blocks are filled first
+    sparse_safe = node.join == "multiply" and node.agg == "sum"
     for child, labels in zip(node.inputs, node.in_labels, strict=True):
         sizes.update(zip(labels, child.shape, strict=True))
         # a repeated label reads only the diagonal blocks: a re-split makes no others
         rel = reblock(go(child), tuple(blocks[lab] for lab in labels), _diagonal(labels))
+        if not sparse_safe and T.may_lack_blocks(rel):
+            rel = T.Densify(rel.schema, rel)  # absent is zeros, and 0 + x or max(0, ..) is not absent
         names = tuple(label_name(lab) for lab in labels)
         keys = tuple(dict.fromkeys(names))
         schema = T.Schema(

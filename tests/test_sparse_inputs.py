@@ -1,6 +1,9 @@
-"""Maps over stored relations that miss blocks: an absent block is zeros, so a map whose value at zero is
-not zero (exp, sigmoid, log, a negative power, ...) must give f(0) there, not leave the block out (which
-every consumer reads as zeros). The plan fills the grid first (``T.Densify``) only where it has to."""
+"""Operations over stored relations that miss blocks: an absent block is zeros, so a map whose value at
+zero is not zero (exp, sigmoid, log, a negative power, ...), a join other than multiply (x + 0 is x, not
+absent) and an aggregation other than sum (max over a row of negatives and an absent block is 0) must see
+those zeros, not skip the block (which every consumer then reads as zeros). The plan fills the grid first
+(``T.Densify``) only where it has to: multiply/sum contractions and maps that keep zero skip absent blocks
+exactly."""
 
 from __future__ import annotations
 
@@ -96,3 +99,48 @@ def test_filled_blocks_in_waves(s, sparse, monkeypatch):
     np.testing.assert_allclose(s.from_arrow(rel.to_arrow()).numpy(), np.exp(dense) + 1.0, rtol=1e-12)
     mapped = ts.exp(A)  # in A's blocks: six, each once
     assert "runs in waves" in mapped.explain() and mapped.to_arrow().num_rows == 6
+
+
+@pytest.fixture(scope="module")
+def two_sparse(s):
+    rng = np.random.default_rng(42)
+    x = -np.abs(rng.standard_normal((6, 8))) - 0.5  # negative: an absent block holds the row's maximum
+    y = rng.standard_normal((6, 8))
+    A, da = _sparse(s, x, (3, 4), [(0, 0), (1, 1), (0, 1)])
+    B, db = _sparse(s, y, (3, 4), [(1, 0), (1, 1)])
+    return A, da, B, db, y
+
+
+CASES = {
+    "add two sparse": (lambda A, B, Y: A + B, lambda a, b, y: a + b),
+    "add a scalar": (lambda A, B, Y: A + 1.0, lambda a, b, y: a + 1.0),
+    "subtract an array": (lambda A, B, Y: A - Y, lambda a, b, y: a - y),
+    "divide": (lambda A, B, Y: Y / (A - 1.0), lambda a, b, y: y / (a - 1.0)),
+    "max over a row": (lambda A, B, Y: A.max(axis=1), lambda a, b, y: a.max(1)),
+    "min over a column": (lambda A, B, Y: (-A).min(axis=0), lambda a, b, y: (-a).min(0)),
+    "prod over a row": (lambda A, B, Y: (A - 1.0).prod(axis=1), lambda a, b, y: (a - 1.0).prod(1)),
+    "max of products": (
+        lambda A, B, Y: ts.einsum("ij,kj->ik", A, B, join="multiply", agg="max"),
+        lambda a, b, y: (a[:, None, :] * b[None, :, :]).max(-1),
+    ),
+    "softmax": (lambda A, B, Y: ts.softmax(A), lambda a, b, y: np.exp(a) / np.exp(a).sum(-1, keepdims=True)),
+    "mean": (lambda A, B, Y: A.mean(), lambda a, b, y: a.mean()),
+    "product (sparse-safe)": (lambda A, B, Y: A @ B.T, lambda a, b, y: a @ b.T),
+    "exp of a sum": (lambda A, B, Y: ts.exp(A + B), lambda a, b, y: np.exp(a + b)),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_joins_and_aggregations_see_the_zeros_of_absent_blocks(s, two_sparse, case):
+    A, da, B, db, y = two_sparse
+    make, want = CASES[case]
+    rel = make(A, B, s.from_numpy(y))
+    np.testing.assert_allclose(rel.numpy(), want(da, db, y), rtol=1e-12, atol=1e-14)
+
+
+def test_multiply_sum_skips_absent_blocks(s, two_sparse):
+    """A product over sparse inputs fills nothing: its absent pairs are exact zeros."""
+    A, _, B, _, _ = two_sparse
+    rel = A @ B.T
+    assert not any(isinstance(r, T.Densify) for r in _plan_nodes(rel))
+    assert any(isinstance(r, T.Densify) for r in _plan_nodes(A + B))
