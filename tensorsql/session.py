@@ -42,6 +42,7 @@ from tensorsql.errors import (
 from tensorsql.frontend import numpy as frontend
 from tensorsql.frontend.subscripts import letter_label, parse, split_args
 from tensorsql.ir import expr as E
+from tensorsql.ir import tra as T
 from tensorsql.ir.blocking import resolve_block_shape
 from tensorsql.relation import TensorRelation
 
@@ -790,7 +791,10 @@ class Compiled:
             plan = TensorRelation(session, E.substitute(node, done), bindings).plan()
             table = f"_ts_shared_{uid}_{i}"
             blocks = plan.block_shape()
-            done[node] = E.Source(shape=node.shape, dtype=node.dtype, table=table, block_shape=blocks)
+            complete = not T.may_lack_blocks(plan.tra)  # from arrays alone: no absent block to fill later
+            done[node] = E.Source(
+                shape=node.shape, dtype=node.dtype, table=table, block_shape=blocks, complete=complete
+            )
             stages.append((table, plan))
         plans = []
         for j, rel in enumerate(outs):

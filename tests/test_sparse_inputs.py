@@ -12,6 +12,7 @@ import pytest
 from test_result_sink import _sparse
 
 import tensorsql as ts
+from tensorsql.backends.duckdb import many
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.ir import ops
 from tensorsql.ir import tra as T
@@ -144,3 +145,26 @@ def test_multiply_sum_skips_absent_blocks(s, two_sparse):
     rel = A @ B.T
     assert not any(isinstance(r, T.Densify) for r in _plan_nodes(rel))
     assert any(isinstance(r, T.Densify) for r in _plan_nodes(A + B))
+
+
+def test_shared_steps_over_arrays_fill_nothing(s, sparse):
+    """A compiled graph's shared steps are read as stand-in tables: computed from arrays alone they hold
+    every block, so the steps after them fill nothing; from a sparse stored input, they are filled."""
+
+    rng = np.random.default_rng(43)
+    X = s.placeholder((9, 8), "float64", name="x")
+    W = s.placeholder((8, 5), "float64", name="w")
+    h = X @ W  # shared by both outputs
+    f = s.compile([ts.exp(h).sum(), (h + 1.0).max()], [X, W], share=True)
+    assert "tensor_zeros" not in many.text(f._many[0])
+    x, w = rng.standard_normal((9, 8)), rng.standard_normal((8, 5))
+    got = f(x, w)
+    np.testing.assert_allclose(got[0], np.exp(x @ w).sum(), rtol=1e-12)
+    np.testing.assert_allclose(got[1], (x @ w + 1.0).max(), rtol=1e-12)
+    A, dense = sparse
+    hs = A @ W
+    g = s.compile([ts.exp(hs).sum(), (hs + 1.0).max()], [W], share=True)
+    assert "tensor_zeros" in many.text(g._many[0])
+    got = g(w)
+    np.testing.assert_allclose(got[0], np.exp(dense @ w).sum(), rtol=1e-12)
+    np.testing.assert_allclose(got[1], (dense @ w + 1.0).max(), rtol=1e-12)

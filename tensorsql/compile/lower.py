@@ -138,7 +138,7 @@ def _span(node: E.Slice, d: int) -> tuple[int, int]:
 
 def _lower(node: E.Node, part: Partitioning, go, reblock) -> T.Rel:
     if isinstance(node, E.Source):
-        return T.Scan(T.positional(node.shape, node.block_shape, node.dtype), node.table)
+        return T.Scan(T.positional(node.shape, node.block_shape, node.dtype), node.table, node.complete)
     if isinstance(node, E.Reblock):
         return reblock(go(node.input), node.block_shape)
     if isinstance(node, E.Map):

@@ -21,6 +21,9 @@ class Source(Node):
 
     table: str
     block_shape: tuple[int, ...]
+    #: every block of the grid is there (a stand-in for a step computed in the same run from data that
+    #: has every block, ``Compiled``'s shared steps): nothing to fill before a step that needs zeros
+    complete: bool = False
 
 
 @dataclass(frozen=True, eq=False)

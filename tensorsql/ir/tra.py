@@ -44,9 +44,11 @@ class Rel:
 
 @dataclass(frozen=True, eq=False)
 class Scan(Rel):
-    """A stored relation (a table or view the executor knows by name)."""
+    """A stored relation (a table or view the executor knows by name); ``complete``: known to hold every
+    block (``expr.Source.complete``)."""
 
     table: str
+    complete: bool = False
 
 
 @dataclass(frozen=True, eq=False)
@@ -266,8 +268,8 @@ def nodes(root: Rel) -> Iterator[Rel]:
 
 def may_lack_blocks(rel: Rel) -> bool:
     """Whether a relation may miss blocks: it reads a stored relation (a user's table may be sparse;
-    arrays and what is computed from them alone are dense)."""
-    return any(isinstance(r, Scan) for r in nodes(rel))
+    arrays, what is computed from them alone, and a complete stand-in are dense)."""
+    return any(isinstance(r, Scan) and not r.complete for r in nodes(rel))
 
 
 def may_pad(rel: Rel) -> bool:

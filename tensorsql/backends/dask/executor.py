@@ -176,7 +176,7 @@ def _view(i: int) -> str:
 
 def _renamed(rel: T.Rel, rename: Mapping[str, str]) -> T.Rel:
     if isinstance(rel, T.Scan):
-        return T.Scan(rel.schema, rename[rel.table]) if rel.table in rename else rel
+        return T.Scan(rel.schema, rename[rel.table], rel.complete) if rel.table in rename else rel
     return T.with_inputs(rel, tuple(_renamed(c, rename) for c in T.inputs(rel)))
 
 
