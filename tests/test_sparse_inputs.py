@@ -168,3 +168,28 @@ def test_shared_steps_over_arrays_fill_nothing(s, sparse):
     got = g(w)
     np.testing.assert_allclose(got[0], np.exp(dense @ w).sum(), rtol=1e-12)
     np.testing.assert_allclose(got[1], (dense @ w + 1.0).max(), rtol=1e-12)
+
+
+def test_the_sql_surface_fills_too(s):
+    """The SQL front end builds the same graph: a table that lost a block (deleted with SQL) gives numpy's
+    answer through tensor_map, an add join, a max and softmax."""
+    x = -np.abs(np.random.default_rng(44).standard_normal((6, 8))) - 0.5
+    s.from_numpy(x, block_shape=(3, 4)).save("SPARSE_SQL", replace=True)
+    s.execute('DELETE FROM "SPARSE_SQL" WHERE k0 = 1 AND k1 = 0')
+    dense = x.copy()
+    dense[3:6, 0:4] = 0.0
+
+    def cells(query, shape):
+        out = np.zeros(shape)
+        for *idx, v in s.sql(f"SELECT * FROM tensor_cells({query})").fetchall():
+            out[tuple(idx)] = v
+        return out
+
+    np.testing.assert_allclose(cells("tensor_map(SPARSE_SQL, 'exp')", (6, 8)), np.exp(dense), rtol=1e-14)
+    add = cells("einsum('ij,ij->ij', SPARSE_SQL, SPARSE_SQL, join => 'add')", (6, 8))
+    np.testing.assert_allclose(add, 2 * dense, rtol=1e-14)
+    row_max = cells("einsum('ij->i', SPARSE_SQL, agg => 'max')", (6,))
+    np.testing.assert_allclose(row_max, dense.max(1), rtol=1e-14)
+    soft = np.exp(dense) / np.exp(dense).sum(1, keepdims=True)
+    np.testing.assert_allclose(cells("softmax(SPARSE_SQL)", (6, 8)), soft, rtol=1e-13)
+    s.drop("SPARSE_SQL")
