@@ -145,6 +145,8 @@ def test_multiply_sum_skips_absent_blocks(s, two_sparse):
     rel = A @ B.T
     assert not any(isinstance(r, T.Densify) for r in _plan_nodes(rel))
     assert any(isinstance(r, T.Densify) for r in _plan_nodes(A + B))
+    # a step over filled inputs has every block: exp after the add fills nothing more
+    assert sum(isinstance(r, T.Densify) for r in _plan_nodes(ts.exp(A + B))) == 2
 
 
 def test_shared_steps_over_arrays_fill_nothing(s, sparse):

@@ -134,9 +134,10 @@ class CastBlocks(Rel):
 @dataclass(frozen=True, eq=False)
 class Densify(Rel):
     """Every block of the grid: the child's block where it has one, a zero block where it does not (an
-    absent block of a stored relation). Put before a map whose value at zero is not zero (``exp``,
-    ``sigmoid``, ...): a map runs on the blocks that are there, and an absent block is zeros, so without this
-    its result would stay zeros instead of f(0). Positional, same schema as the child."""
+    absent block of a stored relation). Put before a step that must see those zeros (``compile.lower``): a
+    map whose value at zero is not zero (``exp``, ``sigmoid``, ...), a join other than multiply, an
+    aggregation other than sum. Each runs on the blocks that are there, so without this an absent block
+    would stay absent (zeros) instead of f(0), x + 0 or max(.., 0). Positional, same schema as the child."""
 
     child: Rel
 
@@ -267,9 +268,20 @@ def nodes(root: Rel) -> Iterator[Rel]:
 
 
 def may_lack_blocks(rel: Rel) -> bool:
-    """Whether a relation may miss blocks: it reads a stored relation (a user's table may be sparse;
-    arrays, what is computed from them alone, and a complete stand-in are dense)."""
-    return any(isinstance(r, Scan) and not r.complete for r in nodes(rel))
+    """Whether a relation may miss blocks: it reads a stored relation (a user's table may be sparse) other
+    than through a ``Densify``. Arrays, a complete stand-in, a filled grid and what is computed from them
+    alone have every block (a step over inputs that have every block makes every block)."""
+    seen: set[Rel] = set()
+    stack = [rel]
+    while stack:
+        r = stack.pop()
+        if r in seen or isinstance(r, Densify):
+            continue
+        if isinstance(r, Scan) and not r.complete:
+            return True
+        seen.add(r)
+        stack.extend(inputs(r))
+    return False
 
 
 def may_pad(rel: Rel) -> bool:

@@ -1177,11 +1177,10 @@ def to_multi_sink_ast(
     if b.scans:
         checked = guard(list(b.scans.values()), [("o", "INTEGER"), ("written", "BIGINT")])
         union = exp.union(union, checked, distinct=False, copy=False)
-    q = union
     for cte_name, cte in b.ctes:
         shared = cte_name.lower() in stage_tables or None
-        q = q.with_(ident(cte_name), as_=cte, materialized=shared, copy=False)
-    return q
+        union = union.with_(ident(cte_name), as_=cte, materialized=shared, copy=False)
+    return union
 
 
 def to_ast(
