@@ -18,6 +18,7 @@ from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import (
     CastingError,
     ConfigError,
+    DeviceError,
     DTypeError,
     EinsumError,
     EinsumTypeError,
@@ -50,6 +51,7 @@ def connect(
     cluster: object = None,
     worker_memory_limit: int | str | None = None,
     spill: bool = False,
+    device: str = "cpu",
 ) -> Session:
     """A session on an embedded DuckDB: ``:memory:`` or a database file (created if missing).
 
@@ -64,7 +66,19 @@ def connect(
     of the machine's memory); ``temp_directory`` is where DuckDB spills what does not fit; ``max_block_bytes``
     caps every block a plan makes (None: ``TENSORSQL_MAX_BLOCK_BYTES``, else 256 MiB or less under a small
     memory_limit). Running out raises OutOfMemoryError.
+
+    ``device``: where the block kernels run: ``"cpu"`` (the default), ``"cuda"`` / ``"cuda:<n>"``
+    (README "GPUs (CUDA)"; DeviceError says why when the machine cannot), ``"cuda-emulated"`` (the GPU path
+    on the host, for tests).
     """
+    from tensorsql.backends.cuda.executor import parse_device
+
+    kind, ordinal = parse_device(device)
+    if kind != "cpu" and (workers is not None or cluster is not None):
+        raise DeviceError(
+            f"device={device!r} on a cluster session is not supported yet: GPU workers are not built "
+            "(README 'GPUs (CUDA)')"
+        )
     if workers is not None or cluster is not None:
         return Session(
             _cluster_executor(
@@ -86,6 +100,21 @@ def connect(
             raise ConfigError(f"{what}= is for a cluster session (workers= or cluster=)")
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
+    if kind != "cpu":
+        from tensorsql.backends.cuda.executor import CudaExecutor
+
+        gpu = CudaExecutor(
+            database,
+            ordinal=ordinal,
+            emulated=kind == "cuda-emulated",
+            threads=threads,
+            read_only=read_only,
+            progress=progress,
+            memory_limit=memory_limit,
+            temp_directory=temp_directory,
+            max_block_bytes=max_block_bytes,
+        )
+        return Session(gpu, strategy=strategy)
     executor = DuckDBExecutor(
         database,
         threads=threads,

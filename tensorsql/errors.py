@@ -97,6 +97,12 @@ class ExtensionError(RuntimeError, TensorSQLError):
     """The kernel extension could not be built, found or loaded."""
 
 
+class DeviceError(RuntimeError, TensorSQLError):
+    """A session asked for a device it cannot use: ``device='cuda'`` on a machine without a CUDA GPU, driver,
+    cuBLAS or CUDA compiler, an ordinal the machine lacks, or a device string of no known form. The message
+    says which and why."""
+
+
 class SQLExecutionError(RuntimeError, TensorSQLError):
     """DuckDB failed to run generated or user SQL for a reason other than a kernel check."""
 

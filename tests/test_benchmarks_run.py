@@ -22,3 +22,12 @@ def test_the_ml_benchmark_runs_at_quick_sizes():
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
     assert "FFNN training step" in out.stdout, out.stdout[-3000:]
+
+
+def test_the_gpu_benchmark_runs_on_the_emulated_device():
+    """benchmarks/gpu.py is for a GPU machine; its code paths are checked here on the emulated device."""
+    cmd = [sys.executable, "-m", "benchmarks.gpu", "--quick", "--repeat", "1", "--device", "cuda-emulated"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
+    text = out.stdout
+    assert "total " in text and "TCCG 24" in text and "REL-ERR" not in text, text[-3000:]

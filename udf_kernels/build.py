@@ -17,7 +17,8 @@ headers and ``libscipy_openblas.so`` are located through the installed ``scipy_o
 extension is linked with an rpath to that directory (plus ``$ORIGIN/../scipy_openblas32/lib`` for an installed
 wheel), so it loads without LD_LIBRARY_PATH. Every BLAS symbol carries the ``scipy_`` prefix.
 
-Run as ``python -m udf_kernels.build [--force]``.
+Run as ``python -m udf_kernels.build [--force] [--no-cuda]``: where nvcc is found it also builds the GPU
+kernel set, ``tensorsql_cuda`` (``udf_kernels/gpu_build.py``), unless ``--no-cuda``.
 """
 
 from __future__ import annotations
@@ -321,6 +322,17 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     print(path)
+    if "--no-cuda" in args:
+        return 0
+    # the GPU kernel set too, wherever a CUDA compiler is (README "GPUs (CUDA)")
+    from udf_kernels import gpu_build
+
+    if gpu_build.find_nvcc() is not None:
+        try:
+            print(gpu_build.build(force=force))
+        except KernelBuildError as exc:
+            print(exc, file=sys.stderr)
+            return 1
     return 0
 
 

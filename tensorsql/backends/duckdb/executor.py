@@ -136,6 +136,8 @@ class DuckDBExecutor:
 
     name = "duckdb"
     profile = costs.PROFILE
+    #: the kernels' fused forms its statements may use (all of them: the CPU kernel set has every one)
+    lowering = sqlgen.FUSED
 
     def __init__(
         self,
@@ -367,7 +369,12 @@ class DuckDBExecutor:
 
                 def fill() -> None:
                     if not st.staged:
-                        ast = sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
+                        ast = sqlgen.to_ast(
+                            plan.tra,
+                            bind=self._binder(st, plan),
+                            checks=self._must_check,
+                            lowering=self.lowering,
+                        )
                         self.query(create(ast), what)
                         return
                     with self._staged(st, plan) as run:
@@ -443,7 +450,9 @@ class DuckDBExecutor:
         st = self._statement(plan)
         if st.staged or plan.operands:
             return None
-        return sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check)
+        return sqlgen.to_ast(
+            plan.tra, bind=self._binder(st, plan), checks=self._must_check, lowering=self.lowering
+        )
 
     def relation(
         self, statement: exp.Expression | str | pa.Table, what: str = "sql"
@@ -491,7 +500,10 @@ class DuckDBExecutor:
         key = "pretty" if pretty else "flat"
         if key not in st.text:
             st.text[key] = sqlgen.sql_text(
-                sqlgen.to_ast(plan.tra, bind=self._binder(st, plan), checks=self._must_check), pretty=pretty
+                sqlgen.to_ast(
+                    plan.tra, bind=self._binder(st, plan), checks=self._must_check, lowering=self.lowering
+                ),
+                pretty=pretty,
             )
         return st.text[key]
 
@@ -668,7 +680,9 @@ class DuckDBExecutor:
 
     def _staged(self, st: _Statement, plan: Plan) -> StagedRun:
         bind = self._binder(st, plan)
-        return StagedRun(self.con, bind, self._must_check, self.wave_budget, self._stages, self.drop)
+        return StagedRun(
+            self.con, bind, self._must_check, self.wave_budget, self._stages, self.drop, self.lowering
+        )
 
     def _diagnosis(self, st: _Statement, plan: Plan) -> list[str]:
         """The texts of ``sqlgen.diagnosis`` for the plan (made once)."""

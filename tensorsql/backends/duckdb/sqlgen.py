@@ -16,6 +16,7 @@ import json
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 from sqlglot import exp
@@ -464,10 +465,62 @@ def _scan_key(scan: T.Scan) -> tuple[object, ...]:
     return scan.table, tuple((s.sizes[k], s.blocks[k]) for k in s.keys), s.dtype
 
 
+@dataclass(frozen=True)
+class Lowering:
+    """Which of the kernels' fused forms a statement may use: an executor whose kernel set lacks one (the GPU
+    kernel set, ``backends.cuda``) turns it off, and the same plan is lowered to the plain kernels instead.
+    ``einsum_agg``: an aggregate over a join's products as one ``tensor_einsum_agg`` (else
+    ``tensor_<agg>(tensor_einsum(...))``); ``einsum_path``: a fused contraction tree as one
+    ``tensor_einsum_path`` call (else nested ``tensor_einsum`` calls, one per step)."""
+
+    einsum_agg: bool = True
+    einsum_path: bool = True
+    #: a CUDA ordinal: the block kernels the GPU kernel set has run there (``on_device``); None: the CPU's
+    device: int | None = None
+
+
+FUSED = Lowering()
+
+#: The kernels the GPU kernel set (``udf_kernels/cuda``) computes, by name: the position of their dtype
+#: argument, and the GPU function (with the ordinal as a first argument) by their argument count.
+_DEVICE_KERNELS: dict[str, tuple[int, dict[int, str]]] = {
+    "tensor_einsum": (3, {8: "tensor_einsum_cuda"}),
+    "tensor_einsum1": (2, {5: "tensor_einsum1_cuda"}),
+    "tensor_map": (1, {3: "tensor_map_cuda", 4: "tensor_map_param_cuda"}),
+}
+#: The dtypes the GPU kernel set computes; blocks of any other dtype stay on the CPU kernels.
+DEVICE_DTYPES = ("float32", "float64")
+
+
+def on_device(ast: exp.Expression, ordinal: int) -> exp.Expression:
+    """The statement with each block kernel call the GPU computes bound to its GPU function on device
+    ``ordinal``, in place (a pass over the finished statement: the plan, its joins and aggregates stay as they
+    are; nested calls are each bound)."""
+    for node in list(ast.find_all(exp.Anonymous)):
+        if node.name not in _DEVICE_KERNELS:
+            continue
+        position, by_count = _DEVICE_KERNELS[node.name]
+        args = list(node.expressions)
+        name = by_count.get(len(args))
+        dtype = args[position] if position < len(args) else None
+        if name is None or not (isinstance(dtype, exp.Literal) and dtype.is_string):
+            continue
+        if dtype.this in DEVICE_DTYPES:
+            node.set("this", name)
+            node.set("expressions", [lit(ordinal), *args])
+    return ast
+
+
 class _Builder:
     def __init__(
-        self, root: T.Rel, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
+        self,
+        root: T.Rel,
+        names: Names | None = None,
+        bind: Bind | None = None,
+        checks: Checks = False,
+        lowering: Lowering = FUSED,
     ) -> None:
+        self.lowering = lowering
         self.ctes: list[tuple[str, exp.Select]] = []
         self.refs: dict[T.Rel, str] = {}
         self.names = names or Names()
@@ -684,6 +737,8 @@ class _Builder:
         shapes = [lit(child.schema.sizes[k]) for child in rel.children for k in child.schema.blob]
         q = _from(*srcs, cross=all(_small_computed(child, self.computed) for child in rel.children))
         keys = {k: exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for k in rel.schema.keys}
+        if not self.lowering.einsum_path:
+            return Row(q, keys, _nested_steps(rel, [src.tensor() for src in srcs]))
         tensor = call(
             "tensor_einsum_path",
             lit(program(rel)),
@@ -749,7 +804,7 @@ class _Builder:
             # aggregate (DuckDB's hash aggregate costs ~25 us per step of one row, the aggregate state
             # copies the block, and an aggregate ends a pipeline)
             return self.finish(Row(row.source, keys, row.tensor))
-        if _fused(rel, row):
+        if _fused(rel, row) and self.lowering.einsum_agg:
             # tensor_<agg>(tensor_einsum(...)) as one native aggregate: the block products accumulate into
             # the group's output block (GEMM with beta=1 for multiply/sum), no product blob per joined pair
             tensor = call("tensor_einsum_agg", *row.tensor.expressions)
@@ -929,6 +984,31 @@ def program(rel: T.Fused) -> str:
     """The kernel program of a fused contraction tree: 'i,j:spec' per step, ';'-separated (a string
     argument of ``tensor_einsum_path``, not SQL)."""
     return ";".join(f"{i},{j}:{spec(x, y, z)}" for i, j, x, y, z in rel.steps)
+
+
+def _nested_steps(rel: T.Fused, blocks: list[exp.Expression]) -> exp.Expression:
+    """A fused tree as nested ``tensor_einsum`` calls, one per step (each step's result is read once: a tree).
+    Step labels are the step's own, so each operand carries its shape positionally."""
+    operands: list[tuple[exp.Expression, tuple[int, ...]]] = [
+        (block, tuple(child.schema.sizes[k] for k in child.schema.blob))
+        for block, child in zip(blocks, rel.children, strict=True)
+    ]
+    dtype = lit(rel.schema.dtype)
+    for i, j, x, y, z in rel.steps:
+        (a, shape_a), (b, shape_b) = operands[i], operands[j]
+        size = dict(zip(x, shape_a, strict=True)) | dict(zip(y, shape_b, strict=True))
+        args = (
+            lit(spec(x, y, z)),
+            lit("multiply"),
+            lit("sum"),
+            dtype,
+            a,
+            array([lit(n) for n in shape_a]),
+            b,
+            array([lit(n) for n in shape_b]),
+        )
+        operands.append((call("tensor_einsum", *args), tuple(size[lab] for lab in z)))
+    return operands[-1][0]
 
 
 def _fused(rel: T.Aggregate, row: Row) -> bool:
@@ -1184,12 +1264,17 @@ def to_multi_sink_ast(
 
 
 def to_ast(
-    root: T.Rel, *, names: Names | None = None, bind: Bind | None = None, checks: Checks = False
+    root: T.Rel,
+    *,
+    names: Names | None = None,
+    bind: Bind | None = None,
+    checks: Checks = False,
+    lowering: Lowering = FUSED,
 ) -> exp.Query:
     """The whole plan as one statement: a WITH clause of CTEs and a final SELECT (without the padding
     rows a positional join may leave, so results and saved tables hold real blocks only). ``checks``: check
     the stored tables it reads (``checked`` where their blocks are read, ``guard`` for their keys)."""
-    b = _Builder(root, names, bind, checks)
+    b = _Builder(root, names, bind, checks, lowering)
     name = b.ref(root)
     q: exp.Query
     if isinstance(root, T.Scan) and b.check(root):  # the stored table itself: its blocks checked as they pass
@@ -1207,6 +1292,8 @@ def to_ast(
         q = exp.union(q, guard(list(b.scans.values()), columns), distinct=False)
     for cte_name, cte in b.ctes:
         q = q.with_(ident(cte_name), as_=cte, copy=False)
+    if lowering.device is not None:
+        return cast(exp.Query, on_device(q, lowering.device))
     return q
 
 

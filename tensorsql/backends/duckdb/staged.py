@@ -34,8 +34,10 @@ class StagedRun(W.Stager):
         budget: int,
         own: set[str],
         drop: Callable[[str], None],
+        lowering: sqlgen.Lowering = sqlgen.FUSED,
     ) -> None:
         super().__init__()
+        self.lowering = lowering
         self.con = con
         self.bind = bind
         self.budget = budget
@@ -58,7 +60,7 @@ class StagedRun(W.Stager):
 
     # -- stages -------------------------------------------------------------------------------------------
     def _sql(self, rel: T.Rel) -> exp.Query:
-        return sqlgen.to_ast(rel, bind=self.bind, checks=self.checks)
+        return sqlgen.to_ast(rel, bind=self.bind, checks=self.checks, lowering=self.lowering)
 
     def execute(self, query: exp.Expression) -> list[tuple]:
         self.queries += 1

@@ -1,0 +1,8 @@
+"""The GPU executor (issue 17): the embedded DuckDB with the GPU kernel set (``udf_kernels/cuda``) bound to
+its statements. README "GPUs (CUDA)"."""
+
+from __future__ import annotations
+
+from tensorsql.backends.cuda.executor import CudaExecutor, parse_device
+
+__all__ = ["CudaExecutor", "parse_device"]

@@ -1,0 +1,144 @@
+"""The GPU executor: a DuckDB executor whose block kernels run on a CUDA device.
+
+It is the embedded executor (``backends.duckdb``) with a second kernel set: the companion extension
+``tensorsql_cuda`` (``udf_kernels/cuda``), loaded beside the CPU kernels. Plans are the CPU plans; lowering
+differs in two ways (``sqlgen.Lowering``):
+
+- the fused forms the GPU kernel set lacks are not used: an aggregate over a join's products is
+  ``tensor_<agg>(tensor_einsum(...))`` instead of ``tensor_einsum_agg``, a fused contraction tree nested
+  ``tensor_einsum`` calls instead of ``tensor_einsum_path``, and results come back through Arrow rather than
+  the kernels' result sinks;
+- each finished statement goes through ``sqlgen.on_device``, which binds every ``tensor_einsum``,
+  ``tensor_einsum1`` and ``tensor_map`` call on float32/float64 blocks to its GPU function on the session's
+  device. Other dtypes, and every other kernel (slices, casts, block sums), stay on the CPU kernels.
+
+``device="cuda-emulated"`` loads the emulated build of the same kernel set (its device is host memory): the
+test suite's way to run this executor, its SQL and the GPU functions' planning on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import duckdb
+import numpy as np
+
+from tensorsql.backends.duckdb import sqlgen
+from tensorsql.backends.duckdb.executor import DuckDBExecutor
+from tensorsql.compile.plan import Plan
+from tensorsql.errors import DeviceError, ExtensionError
+from tensorsql.ir import expr as E
+
+_DEVICE = re.compile(r"^(cpu|cuda|cuda-emulated)(?::(\d+))?$")
+
+
+def parse_device(device: object) -> tuple[str, int]:
+    """``("cpu", 0)``, ``("cuda", n)`` or ``("cuda-emulated", 0)`` from a device string (``"cuda:1"``)."""
+    if not isinstance(device, str):
+        raise DeviceError(f"device={device!r} must be a string: 'cpu', 'cuda' or 'cuda:<n>'")
+    m = _DEVICE.match(device.strip().lower())
+    if m is None:
+        raise DeviceError(
+            f"device={device!r} is not a device: use 'cpu', 'cuda' or 'cuda:<n>' (n = 0, 1, ...)"
+        )
+    kind, ordinal = m.group(1), int(m.group(2) or 0)
+    if kind == "cpu" and m.group(2) is not None:
+        raise DeviceError(f"device={device!r}: the CPU has no ordinal (use 'cpu')")
+    if kind == "cuda-emulated" and ordinal != 0:
+        raise DeviceError(f"device={device!r}: the emulated device is 'cuda-emulated' (ordinal 0) only")
+    return kind, ordinal
+
+
+def preload_cublas() -> str | None:
+    """Loads the cuBLAS of an installed ``nvidia-cublas`` wheel (torch's CUDA builds bring one) into the
+    process, so the kernel set's dlopen by soname finds it; the path loaded, or None."""
+    try:
+        import nvidia  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    for root in getattr(nvidia, "__path__", []):
+        candidates = sorted(Path(root).glob("cu*/lib/libcublas.so.*")) + sorted(
+            Path(root).glob("cublas/lib/libcublas.so.*")
+        )
+        for lib in reversed(candidates):  # the newest major version first
+            try:
+                ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
+            except OSError:
+                continue
+            return str(lib)
+    return None
+
+
+class CudaExecutor(DuckDBExecutor):
+    """The embedded DuckDB with the GPU kernel set on CUDA device ``ordinal`` (``emulated``: the host)."""
+
+    name = "cuda"
+
+    def __init__(self, database: str = ":memory:", *, ordinal: int = 0, emulated: bool = False, **kw: object):
+        super().__init__(database, **kw)  # type: ignore[arg-type]
+        try:
+            #: what the device layer reported when the session started (``tensor_cuda_info()``)
+            self.device_info = self._load_gpu_kernels(ordinal, emulated)
+        except BaseException:
+            super().close()
+            raise
+        self.ordinal = ordinal
+        self.device = "cuda-emulated" if emulated else f"cuda:{ordinal}"
+        self.lowering = sqlgen.Lowering(einsum_agg=False, einsum_path=False, device=ordinal)
+        self._lane = False  # the single-threaded lane serves sink statements, which this executor has none of
+
+    def _load_gpu_kernels(self, ordinal: int, emulated: bool) -> str:
+        from udf_kernels import KernelBuildError, gpu_build
+
+        where = "cuda-emulated" if emulated else f"cuda:{ordinal}"
+        try:
+            path = gpu_build.build(emulated=emulated)
+        except KernelBuildError as exc:
+            raise DeviceError(f"device={where!r}: cannot build the GPU kernels: {exc}") from exc
+        if not emulated:
+            preload_cublas()
+        literal = exp_string(str(path))
+        try:
+            self.con.execute("LOAD " + literal).fetchall()
+            info = str(self.con.execute("SELECT tensor_cuda_info()").fetchall()[0][0])
+        except duckdb.Error as exc:
+            raise ExtensionError(f"cannot load the GPU kernel set {path}: {exc}") from exc
+        if info.startswith("error:"):
+            raise DeviceError(
+                f"device={where!r}: no usable CUDA device: {info.removeprefix('error:').strip()}"
+            )
+        found = re.match(r"^\w[\w-]*: (\d+) device", info)
+        count = int(found.group(1)) if found else 0
+        if ordinal >= count:
+            raise DeviceError(f"device={where!r}: this machine has {count} CUDA device(s) ({info})")
+        if "cublas error:" in info:
+            raise DeviceError(f"device={where!r}: {info.split('cublas error:', 1)[1].strip()}")
+        return info
+
+    # Result sinks, prepared small calls and one-statement graphs use kernel forms the GPU set lacks (results
+    # written into the caller's array by the kernels); their callers fall back to the general path.
+    def fast(self, plan: Plan) -> None:  # type: ignore[override]
+        return None
+
+    def run_into(
+        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False
+    ) -> bool:
+        return False
+
+    def many(self, stages: Sequence[tuple[str, Plan]], outputs: Sequence[Plan]) -> None:  # type: ignore[override]
+        return None
+
+    def device_counters(self) -> str:
+        """``tensor_cuda_info()`` now (the emulated device adds the bytes it moved and its launches)."""
+        with self._lock:
+            return str(self.con.execute("SELECT tensor_cuda_info()").fetchall()[0][0])
+
+
+def exp_string(text: str) -> str:
+    """A SQL string literal, quoted by sqlglot (sqlglot has no LOAD statement node)."""
+    from sqlglot import exp
+
+    return exp.Literal.string(text).sql(dialect="duckdb")

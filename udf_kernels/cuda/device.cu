@@ -1,0 +1,324 @@
+// The CUDA device: the CUDA runtime (linked statically by nvcc; it finds the driver, libcuda, at run time),
+// cuBLAS for the GEMMs, and the element.hpp functions as kernels.
+//
+// cuBLAS is opened with dlopen when the first GEMM needs it, not linked: the extension then loads (and reports
+// why it cannot run) on a machine without cuBLAS or without a driver, and builds with nvcc alone (the toolkit's
+// cuBLAS headers and libraries are a separate package). The few entry points used are declared below with
+// cuBLAS's documented C signatures; tensorsql preloads the library of the nvidia-cublas wheel when one is
+// installed, so the soname lookup finds it.
+#include "device.hpp"
+
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <mutex>
+#include <vector>
+
+namespace tsk {
+namespace gpu {
+namespace {
+
+// ---- kernels ----------------------------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(uint64_t n) {
+	const uint64_t b = (n + kThreads - 1) / kThreads;
+	return static_cast<unsigned>(b < 65535ull * 64 ? b : 65535ull * 64);
+}
+
+template <class T, class J, class A>
+__global__ void loop_kernel(const LoopJob job, const T *x, const T *y, T *z) {
+	const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+	for (uint64_t o = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; o < job.out_numel; o += step) {
+		z[o] = loop_element<T, J, A>(job, x, y, o);
+	}
+}
+
+template <class T, class M>
+__global__ void map_kernel(const T *x, T *z, uint64_t n, MapParam<T> p) {
+	const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+	for (uint64_t i = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
+		z[i] = M::template f<T>(x[i], p);
+	}
+}
+
+// ---- errors -----------------------------------------------------------------------------------------------
+
+[[noreturn]] void cuda_fail(const char *fn, const char *what, cudaError_t e) {
+	fail(std::string(fn) + ": CUDA error in " + what + ": " + cudaGetErrorString(e) + " (" +
+	     std::to_string(static_cast<int>(e)) + ")");
+}
+
+void check(cudaError_t e, const char *fn, const char *what) {
+	if (e != cudaSuccess) {
+		cuda_fail(fn, what, e);
+	}
+}
+
+// ---- cuBLAS, opened at run time ---------------------------------------------------------------------------
+
+using cublasHandle_t = void *;
+using cublasStatus_t = int;
+constexpr int kOpN = 0; // CUBLAS_OP_N
+using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
+using DestroyFn = cublasStatus_t (*)(cublasHandle_t);
+using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+template <class T>
+using GemmFn = cublasStatus_t (*)(cublasHandle_t, int, int, int, int, int, const T *, const T *, int, long long,
+                                  const T *, int, long long, const T *, T *, int, long long, int);
+
+struct Cublas {
+	void *lib = nullptr;
+	std::string name;
+	CreateFn create = nullptr;
+	DestroyFn destroy = nullptr;
+	SetStreamFn set_stream = nullptr;
+	GemmFn<float> sgemm = nullptr;
+	GemmFn<double> dgemm = nullptr;
+
+	// Opens the newest cuBLAS the soname lookup finds; an error text when none is usable.
+	std::string open() {
+		static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+		for (const char *n : names) {
+			lib = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+			if (lib != nullptr) {
+				name = n;
+				break;
+			}
+		}
+		if (lib == nullptr) {
+			return "cuBLAS not found (libcublas.so.13, .so.12 or .so; install the nvidia-cublas wheel or put "
+			       "the CUDA toolkit's lib64 on LD_LIBRARY_PATH)";
+		}
+		create = reinterpret_cast<CreateFn>(dlsym(lib, "cublasCreate_v2"));
+		destroy = reinterpret_cast<DestroyFn>(dlsym(lib, "cublasDestroy_v2"));
+		set_stream = reinterpret_cast<SetStreamFn>(dlsym(lib, "cublasSetStream_v2"));
+		sgemm = reinterpret_cast<GemmFn<float>>(dlsym(lib, "cublasSgemmStridedBatched"));
+		dgemm = reinterpret_cast<GemmFn<double>>(dlsym(lib, "cublasDgemmStridedBatched"));
+		if (!create || !destroy || !set_stream || !sgemm || !dgemm) {
+			return name + " lacks the strided-batched GEMM entry points";
+		}
+		return "";
+	}
+};
+
+// ---- the device -------------------------------------------------------------------------------------------
+
+class CudaDevice;
+
+class CudaStream final : public Stream {
+public:
+	CudaStream(CudaDevice &dev, int ordinal, const char *fn);
+	~CudaStream() override;
+	void *alloc(uint64_t bytes, const char *fn, const char *what) override {
+		void *p = nullptr;
+		const cudaError_t e = cudaMallocAsync(&p, bytes, s_);
+		if (e == cudaErrorMemoryAllocation) {
+			(void)cudaGetLastError(); // clear the sticky-free error state of this thread
+			fail(std::string(fn) + ": " + kOutOfMemory + " on CUDA device " + std::to_string(ordinal_) +
+			     " allocating " + what + " (" + std::to_string(bytes) + " bytes)");
+		}
+		check(e, fn, "cudaMallocAsync");
+		return p;
+	}
+	void free(void *p) noexcept override {
+		(void)cudaFreeAsync(p, s_);
+	}
+	void upload(void *dst, const void *src, uint64_t bytes) override {
+		check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s_), fn_, "a host-to-device copy");
+	}
+	void download(void *dst, const void *src, uint64_t bytes) override {
+		check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s_), fn_, "a device-to-host copy");
+		check(cudaStreamSynchronize(s_), fn_, "the kernels of this call");
+	}
+	void zero(void *dst, uint64_t bytes) override {
+		check(cudaMemsetAsync(dst, 0, bytes, s_), fn_, "cudaMemsetAsync");
+	}
+	void loop(DType dt, Join join, Agg agg, bool unary, const LoopJob &job, const void *x, const void *y,
+	          void *z) override {
+		const unsigned blocks = blocks_for(job.out_numel);
+		with_float_type(dt, [&](auto tag) {
+			using T = decltype(tag);
+			with_join_agg(join, agg, unary, [&](auto j, auto a) {
+				loop_kernel<T, decltype(j), decltype(a)><<<blocks, kThreads, 0, s_>>>(
+				    job, static_cast<const T *>(x), static_cast<const T *>(y), static_cast<T *>(z));
+			});
+		});
+		check(cudaGetLastError(), fn_, "a loop kernel launch");
+	}
+	void gemm(DType dt, const GemmJob &g) override;
+	void map(DType dt, Fn fn, double param, const void *x, void *z, uint64_t n) override {
+		const unsigned blocks = blocks_for(n);
+		with_float_type(dt, [&](auto tag) {
+			using T = decltype(tag);
+			MapParam<T> p;
+			p.real = static_cast<T>(param);
+			with_gpu_map(fn, [&](auto m) {
+				map_kernel<T, decltype(m)><<<blocks, kThreads, 0, s_>>>(static_cast<const T *>(x),
+				                                                        static_cast<T *>(z), n, p);
+			});
+		});
+		check(cudaGetLastError(), fn_, "a map kernel launch");
+	}
+
+private:
+	template <class F>
+	static void with_float_type(DType dt, F &&f) {
+		if (dt == DType::F32) {
+			f(float {});
+		} else {
+			f(double {});
+		}
+	}
+
+	CudaDevice &dev_;
+	int ordinal_;
+	const char *fn_;
+	cudaStream_t s_ = nullptr;
+	cublasHandle_t blas_ = nullptr;
+};
+
+class CudaDevice final : public Device {
+public:
+	~CudaDevice() override {
+		for (auto &per : idle_) {
+			for (cublasHandle_t h : per) {
+				if (blas_.destroy != nullptr) {
+					blas_.destroy(h);
+				}
+			}
+		}
+	}
+	std::unique_ptr<Stream> stream(int ordinal, const char *fn) override {
+		int count = 0;
+		const cudaError_t e = cudaGetDeviceCount(&count);
+		if (e != cudaSuccess) {
+			(void)cudaGetLastError();
+			fail(std::string(fn) + ": no usable CUDA device: " + cudaGetErrorString(e));
+		}
+		if (ordinal >= count) {
+			fail(std::string(fn) + ": no CUDA device " + std::to_string(ordinal) + " (this machine has " +
+			     std::to_string(count) + ")");
+		}
+		return std::make_unique<CudaStream>(*this, ordinal, fn);
+	}
+	std::string describe() override {
+		int count = 0;
+		const cudaError_t e = cudaGetDeviceCount(&count);
+		if (e != cudaSuccess) {
+			(void)cudaGetLastError();
+			return std::string("error: cudaGetDeviceCount: ") + cudaGetErrorString(e) + " (" +
+			       std::to_string(static_cast<int>(e)) + ")";
+		}
+		if (count == 0) {
+			return "error: the CUDA runtime sees no device";
+		}
+		std::string r = "cuda: " + std::to_string(count) + " device(s):";
+		for (int i = 0; i < count; i++) {
+			cudaDeviceProp prop;
+			if (cudaGetDeviceProperties(&prop, i) == cudaSuccess) {
+				r += " " + std::to_string(i) + " " + prop.name + " (" +
+				     std::to_string(prop.totalGlobalMem >> 20) + " MiB, sm_" + std::to_string(prop.major) +
+				     std::to_string(prop.minor) + ");";
+			}
+		}
+		const std::string blas = blas_error();
+		return r + (blas.empty() ? " cublas: " + blas_.name : " cublas error: " + blas);
+	}
+
+	// cuBLAS (opened once); an error text when it cannot be used.
+	std::string blas_error() {
+		std::call_once(blas_once_, [this] { blas_status_ = blas_.open(); });
+		return blas_status_;
+	}
+	const Cublas &blas() const {
+		return blas_;
+	}
+	// A cuBLAS handle of device `ordinal` (current on this thread) for one stream; back with give_back.
+	cublasHandle_t take_handle(int ordinal, const char *fn) {
+		const std::string err = blas_error();
+		if (!err.empty()) {
+			fail(std::string(fn) + ": " + err);
+		}
+		{
+			std::lock_guard<std::mutex> lock(mu_);
+			if (static_cast<size_t>(ordinal) < idle_.size() && !idle_[ordinal].empty()) {
+				cublasHandle_t h = idle_[ordinal].back();
+				idle_[ordinal].pop_back();
+				return h;
+			}
+		}
+		cublasHandle_t h = nullptr;
+		if (blas_.create(&h) != 0) {
+			fail(std::string(fn) + ": cublasCreate failed on CUDA device " + std::to_string(ordinal));
+		}
+		return h;
+	}
+	void give_back(int ordinal, cublasHandle_t h) {
+		std::lock_guard<std::mutex> lock(mu_);
+		if (idle_.size() <= static_cast<size_t>(ordinal)) {
+			idle_.resize(static_cast<size_t>(ordinal) + 1);
+		}
+		idle_[ordinal].push_back(h);
+	}
+
+private:
+	std::once_flag blas_once_;
+	std::string blas_status_;
+	Cublas blas_;
+	std::mutex mu_;
+	std::vector<std::vector<cublasHandle_t>> idle_; // per ordinal: handles no stream holds
+};
+
+CudaStream::CudaStream(CudaDevice &dev, int ordinal, const char *fn) : dev_(dev), ordinal_(ordinal), fn_(fn) {
+	check(cudaSetDevice(ordinal), fn, "cudaSetDevice");
+	check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), fn, "cudaStreamCreate");
+}
+
+CudaStream::~CudaStream() {
+	(void)cudaStreamSynchronize(s_); // frees queued by a failed call complete before the stream goes
+	if (blas_ != nullptr) {
+		dev_.give_back(ordinal_, blas_);
+	}
+	(void)cudaStreamDestroy(s_);
+}
+
+void CudaStream::gemm(DType dt, const GemmJob &g) {
+	if (blas_ == nullptr) {
+		blas_ = dev_.take_handle(ordinal_, fn_);
+	}
+	const Cublas &b = dev_.blas();
+	if (b.set_stream(blas_, s_) != 0) {
+		fail(std::string(fn_) + ": cublasSetStream failed");
+	}
+	// Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B (n x k, ld n) by A (k x m, ld k).
+	const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
+	const int batch = static_cast<int>(g.batch);
+	cublasStatus_t st;
+	if (dt == DType::F32) {
+		const float one = 1, zero = 0;
+		st = b.sgemm(blas_, kOpN, kOpN, n, m, k, &one, static_cast<const float *>(g.b), n, 1LL * k * n,
+		             static_cast<const float *>(g.a), k, 1LL * m * k, &zero, static_cast<float *>(g.c), n,
+		             1LL * m * n, batch);
+	} else {
+		const double one = 1, zero = 0;
+		st = b.dgemm(blas_, kOpN, kOpN, n, m, k, &one, static_cast<const double *>(g.b), n, 1LL * k * n,
+		             static_cast<const double *>(g.a), k, 1LL * m * k, &zero, static_cast<double *>(g.c), n,
+		             1LL * m * n, batch);
+	}
+	if (st != 0) {
+		fail(std::string(fn_) + ": cuBLAS GEMM failed with status " + std::to_string(st) + " (batch " +
+		     std::to_string(batch) + ", m " + std::to_string(m) + ", n " + std::to_string(n) + ", k " +
+		     std::to_string(k) + ")");
+	}
+}
+
+} // namespace
+
+std::unique_ptr<Device> make_device() {
+	return std::make_unique<CudaDevice>();
+}
+
+} // namespace gpu
+} // namespace tsk
