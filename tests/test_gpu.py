@@ -256,6 +256,18 @@ def test_bad_devices(device, match):
         ts.connect(device=device)
 
 
+def test_an_old_gpu_is_refused_before_any_query():
+    from tensorsql.backends.cuda.executor import check_architecture
+
+    info = (
+        "cuda: 2 device(s): 0 Tesla V100 (16160 MiB, sm_70); 1 NVIDIA H100 (81559 MiB, sm_90); "
+        "built for sm_75,80,90; cublas: libcublas.so.13"
+    )
+    check_architecture(info, 1, "cuda:1")
+    with pytest.raises(ts.DeviceError, match="sm_70 is older than the GPU kernels were built for"):
+        check_architecture(info, 0, "cuda:0")
+
+
 def test_cuda_without_a_usable_device_says_why():
     try:
         s = ts.connect(device="cuda")
@@ -302,8 +314,16 @@ def test_the_gpu_functions_check_their_inputs(gpu):
         ),
     ]
     for query, match in bad:
-        with pytest.raises(ts.TensorSQLError, match=match):
+        with pytest.raises(ts.KernelError, match=match):
             gpu.execute(query)
+
+
+def test_the_function_table_lists_the_gpu_functions(gpu):
+    import udf_kernels
+
+    query = "SELECT DISTINCT function_name FROM duckdb_functions() WHERE function_name LIKE '%cuda%'"
+    rows = gpu.execute(query)
+    assert {r[0] for r in rows} == set(udf_kernels.GPU_SQL_FUNCTIONS)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 from udf_kernels._errors import KernelBuildError, KernelLoadError
 
 __all__ = [
+    "GPU_SQL_FUNCTIONS",
     "KERNEL_PATHS",
     "KERNEL_PATH_ENV",
     "SQL_FUNCTIONS",
@@ -160,6 +161,23 @@ SQL_FUNCTIONS: dict[str, str] = {
     "tensor_pack": (
         "tensor_pack(dtype VARCHAR, idx BIGINT, value DOUBLE|BIGINT|UBIGINT, numel BIGINT) -> BLOB: "
         "aggregate, block of numel elements from (flat index, value) rows; duplicates are summed"
+    ),
+}
+
+#: The functions of the GPU kernel set, the companion extension ``tensorsql_cuda`` (``udf_kernels/cuda``,
+#: built by ``udf_kernels.gpu_build``). ``device`` is the CUDA ordinal; the other arguments are those of the
+#: CPU function of the same name without ``_cuda`` (float32/float64 blocks only). tests/test_gpu.py checks it
+#: against what DuckDB lists for the loaded (emulated) extension.
+GPU_SQL_FUNCTIONS: dict[str, str] = {
+    "tensor_cuda_info": (
+        "tensor_cuda_info() -> VARCHAR: what the device layer sees: 'cuda: <n> device(s): <i> <name> (<MiB> "
+        "MiB, sm_<cc>); ... built for sm_<archs>; cublas: <library>', or 'error: <why>'"
+    ),
+    "tensor_einsum_cuda": "tensor_einsum_cuda(device BIGINT, <tensor_einsum's arguments>) -> BLOB",
+    "tensor_einsum1_cuda": "tensor_einsum1_cuda(device BIGINT, <tensor_einsum1's arguments>) -> BLOB",
+    "tensor_map_cuda": "tensor_map_cuda(device BIGINT, fn VARCHAR, dtype VARCHAR, x BLOB) -> BLOB",
+    "tensor_map_param_cuda": (
+        "tensor_map_param_cuda(device BIGINT, fn VARCHAR, dtype VARCHAR, x BLOB, param DOUBLE) -> BLOB"
     ),
 }
 

@@ -3,10 +3,11 @@
 Two builds of the same sources:
 
 - ``tensorsql_cuda`` (needs nvcc): ``device.cu`` compiled for the GPU architectures in
-  ``TENSORSQL_CUDA_ARCHS`` (default ``80;90``: A100 and H100/H200 code, plus PTX of the newest for later
-  GPUs), the CUDA runtime linked statically (the driver, libcuda, is found at run time) and cuBLAS opened
-  with dlopen when the first GEMM needs it. So the extension builds with nvcc alone and loads on a machine
-  without a GPU, where ``tensor_cuda_info()`` says why nothing can run.
+  ``TENSORSQL_CUDA_ARCHS`` (default ``75;80;90``: T4, A100 and H100/H200 code, plus PTX of the newest
+  for later GPUs), the CUDA runtime linked statically (the driver, libcuda, is found at run time) and
+  cuBLAS opened with dlopen when the first GEMM needs it. So the extension builds with nvcc alone and loads
+  on a machine without a GPU, where ``tensor_cuda_info()`` says why nothing can run. nvcc 13's runtime
+  needs an R580 or newer driver; build with an older nvcc (CUDA 12) for older drivers.
 - ``tensorsql_cuda_emulated`` (g++ only): ``emulated.cpp`` instead of ``device.cu``, the same element
   functions run on the host. The test suite loads it to test the GPU path on every machine.
 
@@ -34,7 +35,7 @@ CUDA_NAME = "tensorsql_cuda"
 EMULATED_NAME = "tensorsql_cuda_emulated"
 ARCHS_ENV = "TENSORSQL_CUDA_ARCHS"
 NVCC_ENV = "TENSORSQL_NVCC"
-DEFAULT_ARCHS = "80;90"
+DEFAULT_ARCHS = "75;80;90"
 # The CPU kernels' sources the GPU kernel set shares (argument readers and checks are header-only).
 _SHARED_SOURCES = ("spec.cpp",)
 
@@ -58,7 +59,7 @@ def find_nvcc() -> str | None:
 
 
 def archs() -> list[str]:
-    """The compute capabilities to build machine code for (``TENSORSQL_CUDA_ARCHS``, e.g. ``80;90``)."""
+    """The compute capabilities to build machine code for (``TENSORSQL_CUDA_ARCHS``, e.g. ``75;80;90``)."""
     text = os.environ.get(ARCHS_ENV, DEFAULT_ARCHS)
     out = [a.strip() for a in text.replace(",", ";").split(";") if a.strip()]
     if not out or not all(a.isdigit() for a in out):
@@ -129,6 +130,7 @@ def _nvcc_flags(include_dir: Path) -> list[str]:
         f"-DDUCKDB_EXTENSION_API_VERSION_MAJOR={major}",
         f"-DDUCKDB_EXTENSION_API_VERSION_MINOR={minor}",
         f"-DDUCKDB_EXTENSION_API_VERSION_PATCH={patch}",
+        f'-DTSK_CUDA_ARCHS="{",".join(codes)}"',
     ]
 
 

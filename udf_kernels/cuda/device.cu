@@ -11,8 +11,14 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 
+#include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <vector>
+
+#ifndef TSK_CUDA_ARCHS
+#define TSK_CUDA_ARCHS "unknown"
+#endif
 
 namespace tsk {
 namespace gpu {
@@ -45,7 +51,13 @@ __global__ void map_kernel(const T *x, T *z, uint64_t n, MapParam<T> p) {
 
 // ---- errors -----------------------------------------------------------------------------------------------
 
+// Every failure also clears the thread's last-error state, so a later call on the same DuckDB thread does not
+// report it again against its own work.
 [[noreturn]] void cuda_fail(const char *fn, const char *what, cudaError_t e) {
+	(void)cudaGetLastError();
+	if (e == cudaErrorMemoryAllocation) {
+		fail(std::string(fn) + ": " + kOutOfMemory + " on the CUDA device in " + what);
+	}
 	fail(std::string(fn) + ": CUDA error in " + what + ": " + cudaGetErrorString(e) + " (" +
 	     std::to_string(static_cast<int>(e)) + ")");
 }
@@ -60,7 +72,8 @@ void check(cudaError_t e, const char *fn, const char *what) {
 
 using cublasHandle_t = void *;
 using cublasStatus_t = int;
-constexpr int kOpN = 0; // CUBLAS_OP_N
+constexpr int kOpN = 0;         // CUBLAS_OP_N
+constexpr int kAllocFailed = 3; // CUBLAS_STATUS_ALLOC_FAILED
 using CreateFn = cublasStatus_t (*)(cublasHandle_t *);
 using DestroyFn = cublasStatus_t (*)(cublasHandle_t);
 using SetStreamFn = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
@@ -77,29 +90,31 @@ struct Cublas {
 	GemmFn<float> sgemm = nullptr;
 	GemmFn<double> dgemm = nullptr;
 
-	// Opens the newest cuBLAS the soname lookup finds; an error text when none is usable.
+	// Opens the newest cuBLAS the soname lookup finds that has every entry point used; an error text when none.
 	std::string open() {
 		static const char *const names[] = {"libcublas.so.13", "libcublas.so.12", "libcublas.so"};
+		std::string tried;
 		for (const char *n : names) {
-			lib = dlopen(n, RTLD_NOW | RTLD_LOCAL);
-			if (lib != nullptr) {
-				name = n;
-				break;
+			void *h = dlopen(n, RTLD_NOW | RTLD_LOCAL);
+			if (h == nullptr) {
+				continue;
 			}
+			create = reinterpret_cast<CreateFn>(dlsym(h, "cublasCreate_v2"));
+			destroy = reinterpret_cast<DestroyFn>(dlsym(h, "cublasDestroy_v2"));
+			set_stream = reinterpret_cast<SetStreamFn>(dlsym(h, "cublasSetStream_v2"));
+			sgemm = reinterpret_cast<GemmFn<float>>(dlsym(h, "cublasSgemmStridedBatched"));
+			dgemm = reinterpret_cast<GemmFn<double>>(dlsym(h, "cublasDgemmStridedBatched"));
+			if (create && destroy && set_stream && sgemm && dgemm) {
+				lib = h;
+				name = n;
+				return "";
+			}
+			tried += std::string(tried.empty() ? "" : ", ") + n + " lacks the strided-batched GEMM entry points";
+			dlclose(h);
 		}
-		if (lib == nullptr) {
-			return "cuBLAS not found (libcublas.so.13, .so.12 or .so; install the nvidia-cublas wheel or put "
-			       "the CUDA toolkit's lib64 on LD_LIBRARY_PATH)";
-		}
-		create = reinterpret_cast<CreateFn>(dlsym(lib, "cublasCreate_v2"));
-		destroy = reinterpret_cast<DestroyFn>(dlsym(lib, "cublasDestroy_v2"));
-		set_stream = reinterpret_cast<SetStreamFn>(dlsym(lib, "cublasSetStream_v2"));
-		sgemm = reinterpret_cast<GemmFn<float>>(dlsym(lib, "cublasSgemmStridedBatched"));
-		dgemm = reinterpret_cast<GemmFn<double>>(dlsym(lib, "cublasDgemmStridedBatched"));
-		if (!create || !destroy || !set_stream || !sgemm || !dgemm) {
-			return name + " lacks the strided-batched GEMM entry points";
-		}
-		return "";
+		return tried.empty() ? "cuBLAS not found (libcublas.so.13, .so.12 or .so; install the nvidia-cublas wheel "
+		                       "or put the CUDA toolkit's lib64 on LD_LIBRARY_PATH)"
+		                     : tried;
 	}
 };
 
@@ -115,7 +130,7 @@ public:
 		void *p = nullptr;
 		const cudaError_t e = cudaMallocAsync(&p, bytes, s_);
 		if (e == cudaErrorMemoryAllocation) {
-			(void)cudaGetLastError(); // clear the sticky-free error state of this thread
+			(void)cudaGetLastError(); // not a sticky error: clear it for the thread's next call
 			fail(std::string(fn) + ": " + kOutOfMemory + " on CUDA device " + std::to_string(ordinal_) +
 			     " allocating " + what + " (" + std::to_string(bytes) + " bytes)");
 		}
@@ -123,7 +138,9 @@ public:
 		return p;
 	}
 	void free(void *p) noexcept override {
-		(void)cudaFreeAsync(p, s_);
+		if (cudaFreeAsync(p, s_) != cudaSuccess) {
+			(void)cudaGetLastError();
+		}
 	}
 	void upload(void *dst, const void *src, uint64_t bytes) override {
 		check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s_), fn_, "a host-to-device copy");
@@ -182,11 +199,13 @@ private:
 class CudaDevice final : public Device {
 public:
 	~CudaDevice() override {
-		for (auto &per : idle_) {
-			for (cublasHandle_t h : per) {
-				if (blas_.destroy != nullptr) {
-					blas_.destroy(h);
-				}
+		for (size_t d = 0; d < idle_.size(); d++) {
+			if (idle_[d].empty() || cudaSetDevice(static_cast<int>(d)) != cudaSuccess) {
+				(void)cudaGetLastError();
+				continue;
+			}
+			for (cublasHandle_t h : idle_[d]) {
+				blas_.destroy(h);
 			}
 		}
 	}
@@ -202,6 +221,33 @@ public:
 			     std::to_string(count) + ")");
 		}
 		return std::make_unique<CudaStream>(*this, ordinal, fn);
+	}
+
+	// At most kCallsPerDevice kernel calls use a device at once (DuckDB runs one per thread; a call holds up to
+	// six block-sized buffers, so on a many-core host unbounded calls would exhaust the device's memory, and
+	// more than two in flight gain nothing: one computes while the other copies).
+	static constexpr int kCallsPerDevice = 2;
+	void enter(int ordinal) {
+		std::unique_lock<std::mutex> lock(mu_);
+		grow(ordinal);
+		cv_.wait(lock, [&] { return busy_[ordinal] < kCallsPerDevice; });
+		busy_[ordinal]++;
+		if (!pool_set_[ordinal]) { // keep freed memory in the stream-ordered pool between calls
+			pool_set_[ordinal] = true;
+			cudaMemPool_t pool;
+			if (cudaDeviceGetDefaultMemPool(&pool, ordinal) == cudaSuccess) {
+				uint64_t keep = UINT64_MAX;
+				(void)cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+			}
+			(void)cudaGetLastError();
+		}
+	}
+	void leave(int ordinal) {
+		{
+			std::lock_guard<std::mutex> lock(mu_);
+			busy_[ordinal]--;
+		}
+		cv_.notify_one();
 	}
 	std::string describe() override {
 		int count = 0;
@@ -224,6 +270,7 @@ public:
 			}
 		}
 		const std::string blas = blas_error();
+		r += std::string(" built for sm_") + TSK_CUDA_ARCHS + ";";
 		return r + (blas.empty() ? " cublas: " + blas_.name : " cublas error: " + blas);
 	}
 
@@ -250,30 +297,51 @@ public:
 			}
 		}
 		cublasHandle_t h = nullptr;
-		if (blas_.create(&h) != 0) {
-			fail(std::string(fn) + ": cublasCreate failed on CUDA device " + std::to_string(ordinal));
+		const cublasStatus_t st = blas_.create(&h);
+		if (st == kAllocFailed) {
+			fail(std::string(fn) + ": " + kOutOfMemory + " on CUDA device " + std::to_string(ordinal) +
+			     " creating a cuBLAS handle");
+		}
+		if (st != 0) {
+			fail(std::string(fn) + ": cublasCreate failed on CUDA device " + std::to_string(ordinal) +
+			     " with status " + std::to_string(st));
 		}
 		return h;
 	}
 	void give_back(int ordinal, cublasHandle_t h) {
+		blas_.set_stream(h, nullptr); // its stream is destroyed next
 		std::lock_guard<std::mutex> lock(mu_);
-		if (idle_.size() <= static_cast<size_t>(ordinal)) {
-			idle_.resize(static_cast<size_t>(ordinal) + 1);
-		}
+		grow(ordinal);
 		idle_[ordinal].push_back(h);
 	}
 
 private:
+	void grow(int ordinal) { // mu_ held
+		const size_t n = static_cast<size_t>(ordinal) + 1;
+		if (idle_.size() < n) {
+			idle_.resize(n);
+			busy_.resize(n, 0);
+			pool_set_.resize(n, false);
+		}
+	}
 	std::once_flag blas_once_;
 	std::string blas_status_;
 	Cublas blas_;
 	std::mutex mu_;
+	std::condition_variable cv_;
 	std::vector<std::vector<cublasHandle_t>> idle_; // per ordinal: handles no stream holds
+	std::vector<int> busy_;                          // per ordinal: calls in flight
+	std::vector<bool> pool_set_;                     // per ordinal: its memory pool's threshold is set
 };
 
 CudaStream::CudaStream(CudaDevice &dev, int ordinal, const char *fn) : dev_(dev), ordinal_(ordinal), fn_(fn) {
 	check(cudaSetDevice(ordinal), fn, "cudaSetDevice");
-	check(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), fn, "cudaStreamCreate");
+	dev_.enter(ordinal);
+	const cudaError_t e = cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking);
+	if (e != cudaSuccess) {
+		dev_.leave(ordinal);
+		cuda_fail(fn, "cudaStreamCreate", e);
+	}
 }
 
 CudaStream::~CudaStream() {
@@ -282,6 +350,8 @@ CudaStream::~CudaStream() {
 		dev_.give_back(ordinal_, blas_);
 	}
 	(void)cudaStreamDestroy(s_);
+	(void)cudaGetLastError();
+	dev_.leave(ordinal_);
 }
 
 void CudaStream::gemm(DType dt, const GemmJob &g) {
@@ -306,6 +376,10 @@ void CudaStream::gemm(DType dt, const GemmJob &g) {
 		st = b.dgemm(blas_, kOpN, kOpN, n, m, k, &one, static_cast<const double *>(g.b), n, 1LL * k * n,
 		             static_cast<const double *>(g.a), k, 1LL * m * k, &zero, static_cast<double *>(g.c), n,
 		             1LL * m * n, batch);
+	}
+	if (st == kAllocFailed) {
+		fail(std::string(fn_) + ": " + kOutOfMemory + " on CUDA device " + std::to_string(ordinal_) +
+		     " in a cuBLAS GEMM");
 	}
 	if (st != 0) {
 		fail(std::string(fn_) + ": cuBLAS GEMM failed with status " + std::to_string(st) + " (batch " +

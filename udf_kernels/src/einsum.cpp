@@ -884,7 +884,7 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	using T = Ty;
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt, I = T::BigInt;
 	// the result-sink variants take (key BIGINT, start BIGINT[], <the same arguments>) and return BIGINT
-	return add_budgeted_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum, budget, false) &&
+	return add_budgeted_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum, budget, true) &&
 	       add_budgeted_scalar(con, "tensor_einsum_into", {I, L, V, V, V, V, B, L, B, L}, I, tensor_einsum_into,
 	                           budget, true) &&
 	       register_budgeted_aggregate(con,

@@ -75,7 +75,8 @@ private:
 
 // einsum.cpp: the thread budget a kernel's extra info holds (null when it has none), and the registration of a
 // scalar function that gets the budget as its extra info. Side-effecting ones (writing a result sink, or
-// that must run once per row) are volatile, so DuckDB never folds, merges or moves their calls;
+// that must run once per row) and the ones that compute a block are volatile, so DuckDB never folds, merges,
+// moves or copies their calls (a copy into a pushed-down filter would compute every block twice);
 // blob_varargs: any number of BLOB arguments after `params`.
 ThreadBudget *budget_of(void *extra);
 // The kernel memory budget (control.hpp) of a function's extra info; null when it has no thread budget.

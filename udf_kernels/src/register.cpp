@@ -141,12 +141,15 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt;
 	bool ok = add_budgeted_scalar(con, "tensorsql_kernel_path", {}, V, tensorsql_kernel_path, budget, false);
 	// the functions that allocate blocks charge them to the database's kernel memory (the budget's Control)
-	ok = ok && add_budgeted_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1, budget, false);
-	ok = ok && add_budgeted_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast, budget, false);
+	// The kernels that compute a block are volatile (so are tensor_einsum and tensor_einsum_path): DuckDB then
+	// never evaluates a call twice. A deterministic one it copies into a filter it pushes down: a statement's
+	// "NOT tensor IS NULL" over its padding rows ran every block product of a positional join twice.
+	ok = ok && add_budgeted_scalar(con, "tensor_einsum1", {V, V, V, B, L}, B, tensor_einsum1, budget, true);
+	ok = ok && add_budgeted_scalar(con, "tensor_cast", {B, V, V}, B, tensor_cast, budget, true);
 	ok = ok && add_budgeted_scalar(con, "tensor_zeros", {V, L}, B, tensor_zeros, budget, false);
-	ok = ok && add_budgeted_scalar(con, "tensor_slice", {V, B, L, L, L}, B, tensor_slice, budget, false);
+	ok = ok && add_budgeted_scalar(con, "tensor_slice", {V, B, L, L, L}, B, tensor_slice, budget, true);
 	ok = ok && add_budgeted_scalar(con, "tensor_slice_strided", {V, B, L, L, L, L}, B, tensor_slice_strided, budget,
-	                               false);
+	                               true);
 	ok = ok && add_scalar(con, "tensor_numel", {B, V}, T::BigInt, tensor_numel);
 	ok = ok && add_scalar(con, "tensor_itemsize", {V}, T::Integer, tensor_itemsize);
 	ok = ok && add_scalar(con, "tensor_check", {B, V, L}, T::Boolean, tensor_check);
@@ -161,8 +164,8 @@ bool register_all(duckdb_connection con, KernelPath path) {
 		return false;
 	}
 	duckdb_scalar_function_set set = duckdb_create_scalar_function_set("tensor_map");
-	duckdb_scalar_function m3 = make_scalar("tensor_map", {V, V, B}, B, tensor_map);
-	duckdb_scalar_function m4 = make_scalar("tensor_map", {V, V, B, T::Double}, B, tensor_map_param);
+	duckdb_scalar_function m3 = make_scalar("tensor_map", {V, V, B}, B, tensor_map, true);
+	duckdb_scalar_function m4 = make_scalar("tensor_map", {V, V, B, T::Double}, B, tensor_map_param, true);
 	attach_budget(m3, budget);
 	attach_budget(m4, budget);
 	ok = duckdb_add_scalar_function_to_set(set, m3) == DuckDBSuccess &&

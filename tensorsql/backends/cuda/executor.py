@@ -52,6 +52,30 @@ def parse_device(device: object) -> tuple[str, int]:
     return kind, ordinal
 
 
+def check_architecture(info: str, ordinal: int, where: str) -> None:
+    """DeviceError unless the kernels were built for device ``ordinal``: a compute capability at least the
+    lowest built (a cubin runs on later minor versions of its major one, the PTX of the newest on anything
+    newer). ``info`` is ``tensor_cuda_info()``: "... <i> <name> (<MiB> MiB, sm_<cc>); ... built for
+    sm_<a>,<b>;"."""
+    device = re.search(rf"\b{ordinal} [^;]*\(\d+ MiB, sm_(\d+)\);", info)
+    built = re.search(r"built for sm_([\d,]+);", info)
+    if device is None or built is None:
+        return
+    cc = int(device.group(1))
+    archs = [int(a) for a in built.group(1).split(",") if a]
+    if archs and cc < min(archs):
+        raise DeviceError(
+            f"device={where!r}: its compute capability sm_{cc} is older than the GPU kernels were built for "
+            f"(sm_{built.group(1)}); rebuild with TENSORSQL_CUDA_ARCHS including {cc} "
+            "(python -m udf_kernels.gpu_build --force)"
+        )
+
+
+def _major(lib: Path) -> int:
+    tail = lib.name.rsplit(".so.", 1)[-1].split(".")[0]
+    return int(tail) if tail.isdigit() else 0
+
+
 def preload_cublas() -> str | None:
     """Loads the cuBLAS of an installed ``nvidia-cublas`` wheel (torch's CUDA builds bring one) into the
     process, so the kernel set's dlopen by soname finds it; the path loaded, or None."""
@@ -60,10 +84,8 @@ def preload_cublas() -> str | None:
     except ImportError:
         return None
     for root in getattr(nvidia, "__path__", []):
-        candidates = sorted(Path(root).glob("cu*/lib/libcublas.so.*")) + sorted(
-            Path(root).glob("cublas/lib/libcublas.so.*")
-        )
-        for lib in reversed(candidates):  # the newest major version first
+        found = {*Path(root).glob("cu*/lib/libcublas.so.*"), *Path(root).glob("cublas/lib/libcublas.so.*")}
+        for lib in sorted(found, key=_major, reverse=True):  # the newest major version first
             try:
                 ctypes.CDLL(str(lib), mode=ctypes.RTLD_GLOBAL)
             except OSError:
@@ -116,6 +138,7 @@ class CudaExecutor(DuckDBExecutor):
             raise DeviceError(f"device={where!r}: this machine has {count} CUDA device(s) ({info})")
         if "cublas error:" in info:
             raise DeviceError(f"device={where!r}: {info.split('cublas error:', 1)[1].strip()}")
+        check_architecture(info, ordinal, where)
         return info
 
     # Result sinks, prepared small calls and one-statement graphs use kernel forms the GPU set lacks (results

@@ -36,7 +36,10 @@ def kernel_function(exc: duckdb.Error) -> str | None:
     if not isinstance(exc, duckdb.InvalidInputException):
         return None
     m = _KERNEL.match(str(exc))
-    return m.group(1) if m and m.group(1) in udf_kernels.SQL_FUNCTIONS else None
+    if m is None:
+        return None
+    name = m.group(1)
+    return name if name in udf_kernels.SQL_FUNCTIONS or name in udf_kernels.GPU_SQL_FUNCTIONS else None
 
 
 def is_conflict(exc: duckdb.Error) -> bool:
