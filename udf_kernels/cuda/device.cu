@@ -41,6 +41,41 @@ __global__ void loop_kernel(const LoopJob job, const T *x, const T *y, T *z) {
 	}
 }
 
+// The same job with one thread block per output element: its threads split the summed index space and combine
+// their partial results in shared memory (every aggregation is associative). For reductions to few outputs,
+// where a thread per output would walk a long inner loop alone.
+template <class T, class J, class A>
+__global__ void reduce_kernel(const LoopJob job, const T *x, const T *y, T *z) {
+	__shared__ T part[kThreads];
+	for (uint64_t o = blockIdx.x; o < job.out_numel; o += gridDim.x) {
+		int64_t bx = 0, by = 0;
+		offsets_of(job, 0, job.n_outer, o, bx, by);
+		T acc = A::template identity<T>();
+		for (uint64_t t = threadIdx.x; t < job.inner_numel; t += blockDim.x) {
+			int64_t ox = bx, oy = by;
+			offsets_of(job, job.n_outer, job.n_inner, t, ox, oy);
+			acc = A::template f<T>(acc, J::template f<T>(x[ox], y == nullptr ? T(0) : y[oy]));
+		}
+		part[threadIdx.x] = acc;
+		__syncthreads();
+		for (unsigned half = blockDim.x / 2; half > 0; half >>= 1) {
+			if (threadIdx.x < half) {
+				part[threadIdx.x] = A::template f<T>(part[threadIdx.x], part[threadIdx.x + half]);
+			}
+			__syncthreads();
+		}
+		if (threadIdx.x == 0) {
+			z[o] = part[0];
+		}
+		__syncthreads();
+	}
+}
+
+// Whether a loop job reduces to few enough outputs, over enough terms each, for reduce_kernel.
+bool block_per_output(const LoopJob &job) {
+	return job.inner_numel >= 4 * kThreads && job.out_numel <= 65536;
+}
+
 template <class T, class M>
 __global__ void map_kernel(const T *x, T *z, uint64_t n, MapParam<T> p) {
 	const uint64_t step = static_cast<uint64_t>(gridDim.x) * blockDim.x;
@@ -154,12 +189,20 @@ public:
 	}
 	void loop(DType dt, Join join, Agg agg, bool unary, const LoopJob &job, const void *x, const void *y,
 	          void *z) override {
-		const unsigned blocks = blocks_for(job.out_numel);
+		const bool per_output = block_per_output(job);
+		const unsigned blocks = per_output ? static_cast<unsigned>(job.out_numel) : blocks_for(job.out_numel);
 		with_float_type(dt, [&](auto tag) {
 			using T = decltype(tag);
 			with_join_agg(join, agg, unary, [&](auto j, auto a) {
-				loop_kernel<T, decltype(j), decltype(a)><<<blocks, kThreads, 0, s_>>>(
-				    job, static_cast<const T *>(x), static_cast<const T *>(y), static_cast<T *>(z));
+				const T *xp = static_cast<const T *>(x);
+				const T *yp = static_cast<const T *>(y);
+				if (per_output) {
+					reduce_kernel<T, decltype(j), decltype(a)><<<blocks, kThreads, 0, s_>>>(job, xp, yp,
+					                                                                      static_cast<T *>(z));
+				} else {
+					loop_kernel<T, decltype(j), decltype(a)><<<blocks, kThreads, 0, s_>>>(job, xp, yp,
+					                                                                    static_cast<T *>(z));
+				}
 			});
 		});
 		check(cudaGetLastError(), fn_, "a loop kernel launch");
