@@ -279,6 +279,17 @@ def test_cuda_without_a_usable_device_says_why():
         assert s.executor.device == "cuda:0"
 
 
+def test_running_out_of_device_memory_is_out_of_memory(monkeypatch):
+    """The device refusing an allocation is OutOfMemoryError (the emulated device with 4 KiB of memory)."""
+    monkeypatch.setenv("TENSORSQL_EMULATED_DEVICE_BYTES", "4096")
+    with ts.connect(device="cuda-emulated") as s:
+        a = np.ones((32, 32))  # 8 KiB
+        with pytest.raises(ts.OutOfMemoryError, match="out of memory on the device allocating operand x"):
+            s.einsum("ij,jk->ik", a, a).numpy()
+        small = np.ones((8, 8))
+        np.testing.assert_array_equal(s.einsum("ij,jk->ik", small, small).numpy(), small @ small)
+
+
 def test_a_cluster_session_refuses_a_device():
     with pytest.raises(ts.DeviceError, match="cluster"):
         ts.connect(device="cuda-emulated", workers=2)

@@ -18,7 +18,20 @@ namespace {
 
 struct Counters {
 	std::atomic<uint64_t> uploaded {0}, downloaded {0}, launches {0}, live_bytes {0};
+	// The emulated device's memory: TENSORSQL_EMULATED_DEVICE_BYTES when the extension loads (tests of the
+	// out-of-memory path), else unbounded.
+	uint64_t capacity = UINT64_MAX;
 };
+
+uint64_t capacity_from_env() {
+	const char *v = std::getenv("TENSORSQL_EMULATED_DEVICE_BYTES");
+	if (v == nullptr || *v == '\0') {
+		return UINT64_MAX;
+	}
+	char *end = nullptr;
+	const unsigned long long n = std::strtoull(v, &end, 10);
+	return end != nullptr && *end == '\0' ? static_cast<uint64_t>(n) : UINT64_MAX;
+}
 
 template <class F>
 void with_float(DType dt, F &&f) {
@@ -34,13 +47,14 @@ public:
 	explicit EmulatedStream(Counters &c) : c_(c) {
 	}
 	void *alloc(uint64_t bytes, const char *fn, const char *what) override {
-		void *p = std::malloc(bytes + sizeof(uint64_t));
+		const uint64_t live = c_.live_bytes.fetch_add(bytes) + bytes;
+		void *p = live > c_.capacity ? nullptr : std::malloc(bytes + sizeof(uint64_t));
 		if (p == nullptr) {
+			c_.live_bytes -= bytes;
 			fail(std::string(fn) + ": " + kOutOfMemory + " on the device allocating " + what + " (" +
 			     std::to_string(bytes) + " bytes)");
 		}
 		std::memcpy(p, &bytes, sizeof(uint64_t));
-		c_.live_bytes += bytes;
 		return static_cast<unsigned char *>(p) + sizeof(uint64_t);
 	}
 	void free(void *p) noexcept override {
@@ -122,6 +136,9 @@ private:
 
 class EmulatedDevice final : public Device {
 public:
+	EmulatedDevice() {
+		c_.capacity = capacity_from_env();
+	}
 	std::unique_ptr<Stream> stream(int ordinal, const char *fn) override {
 		if (ordinal != 0) {
 			fail(std::string(fn) + ": no CUDA device " + std::to_string(ordinal) + " (the emulated device is 0)");
