@@ -91,12 +91,9 @@ def test_ragged_blocks_every_strategy(gpu, case: Case, strategy):
 def test_float_kernels_are_bound_to_the_device_and_others_stay_on_the_cpu(gpu):
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((6, 5)), rng.standard_normal((5, 4))
-    for dtype, on_device in [
-        (np.float32, True),
-        (np.float64, True),
-        (np.int64, False),
-        (np.complex128, False),
-    ]:
+    kinds = [(np.float32, True), (np.float64, True), (np.int64, False), (np.complex64, True)]
+    kinds.append((np.complex128, True))
+    for dtype, on_device in kinds:
         A = gpu.from_numpy(a.astype(dtype), block_shape=(3, 5))
         B = gpu.from_numpy(b.astype(dtype), block_shape=(5, 2))
         calls = _kernel_calls((A @ B).sql())
@@ -104,6 +101,11 @@ def test_float_kernels_are_bound_to_the_device_and_others_stay_on_the_cpu(gpu):
         assert ("tensor_einsum" in calls) == (not on_device), (dtype, calls)
     m = _kernel_calls(ts.exp(gpu.from_numpy(a)).sql())
     assert "tensor_map_cuda" in m and "tensor_map" not in m
+    # complex blocks: multiply/sum contractions on the device, every other kernel on the CPU
+    c = gpu.from_numpy(a + 1j * a)
+    assert "tensor_map_cuda" not in _kernel_calls(ts.exp(c).sql())
+    added = _kernel_calls(ts.einsum("ij,ij->ij", c, c, join="add").sql())
+    assert "tensor_einsum" in added and "tensor_einsum_cuda" not in added
     assert "tensor_map_param_cuda" in _kernel_calls(ts.map(gpu.from_numpy(a), "scale", 2.0).sql())
     assert "tensor_einsum1_cuda" in _kernel_calls(gpu.from_numpy(a).sum(axis=0).sql())
 
@@ -306,7 +308,7 @@ def test_the_gpu_functions_check_their_inputs(gpu):
             "SELECT tensor_einsum_cuda(0, 'ij,jk->ik', 'multiply', 'sum', 'int32', ''::BLOB, [0, 0], "
             "''::BLOB, "
             "[0, 0])",
-            "dtype int32 is not computed on the GPU",
+            "dtype int32 with join 'multiply' and agg 'sum' is not computed on the GPU",
         ),
         (
             "SELECT tensor_einsum_cuda(0, 'ij,jk->ik', 'bogus', 'sum', 'float32', ''::BLOB, [0, 0], "
@@ -365,6 +367,14 @@ def test_on_device_binds_float_kernels_only():
     assert "tensor_map('exp', 'int64'" in text
     assert "tensor_einsum1_cuda(3, 'ij->i'" in text and "tensor_einsum_cuda(3, 'i,i->'" in text
     assert "tensor_sum(tensor_einsum_cuda" in text and "tensor_cast(t, 'float32'" in text
+    complex_calls = exp.select(
+        call("tensor_einsum", "i,i->", "multiply", "sum", "complex64", x, x, x, x),
+        call("tensor_einsum", "i,i->", "add", "sum", "complex128", x, x, x, x),
+        call("tensor_einsum1", "ij->i", "sum", "complex64", x, x),
+    )
+    text = sqlgen.sql_text(sqlgen.on_device(complex_calls, 0))
+    assert "tensor_einsum_cuda(0, 'i,i->', 'multiply', 'sum', 'complex64'" in text
+    assert "tensor_einsum('i,i->', 'add', 'sum', 'complex128'" in text and "tensor_einsum1('ij->i'" in text
 
 
 def test_the_cuda_sources_compile():

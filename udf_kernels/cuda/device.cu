@@ -46,7 +46,8 @@ __global__ void loop_kernel(const LoopJob job, const T *x, const T *y, T *z) {
 // where a thread per output would walk a long inner loop alone.
 template <class T, class J, class A>
 __global__ void reduce_kernel(const LoopJob job, const T *x, const T *y, T *z) {
-	__shared__ T part[kThreads];
+	__shared__ alignas(16) unsigned char raw[kThreads * sizeof(T)]; // no constructor may run for __shared__
+	T *part = reinterpret_cast<T *>(raw);
 	for (uint64_t o = blockIdx.x; o < job.out_numel; o += gridDim.x) {
 		int64_t bx = 0, by = 0;
 		offsets_of(job, 0, job.n_outer, o, bx, by);
@@ -124,6 +125,8 @@ struct Cublas {
 	SetStreamFn set_stream = nullptr;
 	GemmFn<float> sgemm = nullptr;
 	GemmFn<double> dgemm = nullptr;
+	GemmFn<float2> cgemm = nullptr;  // cuComplex is float2
+	GemmFn<double2> zgemm = nullptr; // cuDoubleComplex is double2
 
 	// Opens the newest cuBLAS the soname lookup finds that has every entry point used; an error text when none.
 	std::string open() {
@@ -139,7 +142,9 @@ struct Cublas {
 			set_stream = reinterpret_cast<SetStreamFn>(dlsym(h, "cublasSetStream_v2"));
 			sgemm = reinterpret_cast<GemmFn<float>>(dlsym(h, "cublasSgemmStridedBatched"));
 			dgemm = reinterpret_cast<GemmFn<double>>(dlsym(h, "cublasDgemmStridedBatched"));
-			if (create && destroy && set_stream && sgemm && dgemm) {
+			cgemm = reinterpret_cast<GemmFn<float2>>(dlsym(h, "cublasCgemmStridedBatched"));
+			zgemm = reinterpret_cast<GemmFn<double2>>(dlsym(h, "cublasZgemmStridedBatched"));
+			if (create && destroy && set_stream && sgemm && dgemm && cgemm && zgemm) {
 				lib = h;
 				name = n;
 				return "";
@@ -191,9 +196,9 @@ public:
 	          void *z) override {
 		const bool per_output = block_per_output(job);
 		const unsigned blocks = per_output ? static_cast<unsigned>(job.out_numel) : blocks_for(job.out_numel);
-		with_float_type(dt, [&](auto tag) {
+		with_loop_type(dt, [&](auto tag) {
 			using T = decltype(tag);
-			with_join_agg(join, agg, unary, [&](auto j, auto a) {
+			with_join_agg_of<T>(join, agg, unary, [&](auto j, auto a) {
 				const T *xp = static_cast<const T *>(x);
 				const T *yp = static_cast<const T *>(y);
 				if (per_output) {
@@ -408,17 +413,27 @@ void CudaStream::gemm(DType dt, const GemmJob &g) {
 	// Row-major C = A B is column-major C^T = B^T A^T: cuBLAS multiplies B (n x k, ld n) by A (k x m, ld k).
 	const int m = static_cast<int>(g.m), n = static_cast<int>(g.n), k = static_cast<int>(g.k);
 	const int batch = static_cast<int>(g.batch);
+	const auto call = [&](auto fn, auto one, auto zero) {
+		using E = decltype(one);
+		return fn(blas_, kOpN, kOpN, n, m, k, &one, static_cast<const E *>(g.b), n, 1LL * k * n,
+		          static_cast<const E *>(g.a), k, 1LL * m * k, &zero, static_cast<E *>(g.c), n, 1LL * m * n, batch);
+	};
 	cublasStatus_t st;
-	if (dt == DType::F32) {
-		const float one = 1, zero = 0;
-		st = b.sgemm(blas_, kOpN, kOpN, n, m, k, &one, static_cast<const float *>(g.b), n, 1LL * k * n,
-		             static_cast<const float *>(g.a), k, 1LL * m * k, &zero, static_cast<float *>(g.c), n,
-		             1LL * m * n, batch);
-	} else {
-		const double one = 1, zero = 0;
-		st = b.dgemm(blas_, kOpN, kOpN, n, m, k, &one, static_cast<const double *>(g.b), n, 1LL * k * n,
-		             static_cast<const double *>(g.a), k, 1LL * m * k, &zero, static_cast<double *>(g.c), n,
-		             1LL * m * n, batch);
+	switch (dt) {
+	case DType::F32:
+		st = call(b.sgemm, 1.0f, 0.0f);
+		break;
+	case DType::F64:
+		st = call(b.dgemm, 1.0, 0.0);
+		break;
+	case DType::C64:
+		st = call(b.cgemm, make_float2(1.0f, 0.0f), make_float2(0.0f, 0.0f));
+		break;
+	case DType::C128:
+		st = call(b.zgemm, make_double2(1.0, 0.0), make_double2(0.0, 0.0));
+		break;
+	default:
+		fail(std::string(fn_) + ": no GEMM for dtype " + dtype_name(dt));
 	}
 	if (st == kAllocFailed) {
 		fail(std::string(fn_) + ": " + kOutOfMemory + " on CUDA device " + std::to_string(ordinal_) +

@@ -17,9 +17,13 @@
 namespace tsk {
 namespace gpu {
 
-// The floating types the device computes; any other dtype is routed to the CPU kernels by the session.
+// The real floating types the device computes everything for; any other dtype is routed to the CPU kernels by
+// the session, except complex multiply/sum contractions (device_contraction).
 inline bool device_dtype(DType dt) {
 	return dt == DType::F32 || dt == DType::F64;
+}
+inline bool device_contraction(DType dt, Join join, Agg agg) {
+	return device_dtype(dt) || ((dt == DType::C64 || dt == DType::C128) && join == Join::Mul && agg == Agg::Sum);
 }
 
 // C[b] = A[b] (m x k) * B[b] (k x n) for b < batch, all row-major and contiguous, C overwritten.

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDACC__)
 #define TSK_HD __host__ __device__
@@ -118,6 +119,29 @@ TSK_HD inline T param_scale(T v, const MapParam<T> &p) {
 	return v * p.real;
 }
 
+// ---- complex numbers --------------------------------------------------------------------------------------
+
+// A complex number laid out as std::complex<R> (and cuBLAS's cuComplex / cuDoubleComplex): real, imaginary.
+// Only what multiply/sum contractions need: the GPU computes complex blocks in those alone.
+template <class R>
+struct Complex {
+	R re, im;
+	TSK_HD Complex(R r = R(0), R i = R(0)) : re(r), im(i) {
+	}
+};
+template <class R>
+TSK_HD inline Complex<R> operator+(Complex<R> a, Complex<R> b) {
+	return Complex<R>(a.re + b.re, a.im + b.im);
+}
+template <class R>
+TSK_HD inline Complex<R> operator*(Complex<R> a, Complex<R> b) {
+	return Complex<R>(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);
+}
+template <class T>
+struct is_gpu_complex : std::false_type {};
+template <class R>
+struct is_gpu_complex<Complex<R>> : std::true_type {};
+
 // ---- the functors, generated from ops.hpp's lists -----------------------------------------------------------
 
 #define TSK_GPU_JOIN(E, NAME, COMPLEX, ...)                                                                          \
@@ -190,6 +214,44 @@ void with_join_agg(Join join, Agg agg, bool unary, F &&f) {
 		return;
 		TSK_JOINS(TSK_GPU_JOIN_CASE)
 #undef TSK_GPU_JOIN_CASE
+	}
+}
+
+// f(T{}) for the element type of dt: float, double, or a Complex for the complex dtypes.
+template <class F>
+void with_loop_type(DType dt, F &&f) {
+	switch (dt) {
+	case DType::F32:
+		f(float {});
+		return;
+	case DType::F64:
+		f(double {});
+		return;
+	case DType::C64:
+		f(Complex<float> {});
+		return;
+	case DType::C128:
+		f(Complex<double> {});
+		return;
+	default:
+		fail(std::string("the GPU kernels do not compute dtype ") + dtype_name(dt));
+	}
+}
+
+// with_join_agg for element type T: complex loops are the multiply/sum ones (and unary sums) only.
+template <class T, class F>
+void with_join_agg_of(Join join, Agg agg, bool unary, F &&f) {
+	if constexpr (is_gpu_complex<T>::value) {
+		if (agg != Agg::Sum || (!unary && join != Join::Mul)) {
+			fail("the GPU kernels compute complex blocks in multiply/sum contractions only");
+		}
+		if (unary) {
+			f(JFirst {}, ASum {});
+		} else {
+			f(JMul {}, ASum {});
+		}
+	} else {
+		with_join_agg(join, agg, unary, std::forward<F>(f));
 	}
 }
 

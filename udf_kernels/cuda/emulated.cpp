@@ -79,9 +79,9 @@ public:
 	void loop(DType dt, Join join, Agg agg, bool unary, const LoopJob &job, const void *x, const void *y,
 	          void *z) override {
 		c_.launches++;
-		with_float(dt, [&](auto tag) {
+		with_loop_type(dt, [&](auto tag) {
 			using T = decltype(tag);
-			with_join_agg(join, agg, unary, [&](auto j, auto a) {
+			with_join_agg_of<T>(join, agg, unary, [&](auto j, auto a) {
 				using J = decltype(j);
 				using A = decltype(a);
 				const T *xp = static_cast<const T *>(x);
@@ -95,7 +95,7 @@ public:
 	}
 	void gemm(DType dt, const GemmJob &g) override {
 		c_.launches++;
-		with_float(dt, [&](auto tag) {
+		with_loop_type(dt, [&](auto tag) {
 			using T = decltype(tag);
 			const T *a = static_cast<const T *>(g.a);
 			const T *b = static_cast<const T *>(g.b);
@@ -103,9 +103,9 @@ public:
 			for (int64_t p = 0; p < g.batch; p++) {
 				for (int64_t i = 0; i < g.m; i++) {
 					for (int64_t j = 0; j < g.n; j++) {
-						T acc = 0;
+						T acc = T(0);
 						for (int64_t k = 0; k < g.k; k++) {
-							acc += a[(p * g.m + i) * g.k + k] * b[(p * g.k + k) * g.n + j];
+							acc = acc + a[(p * g.m + i) * g.k + k] * b[(p * g.k + k) * g.n + j];
 						}
 						c[(p * g.m + i) * g.n + j] = acc;
 					}

@@ -91,6 +91,15 @@ void require_device_dtype(DType dt, const char *fn) {
 	}
 }
 
+void require_device_contraction(DType dt, Join join, Agg agg, const char *fn) {
+	if (!device_contraction(dt, join, agg)) {
+		fail(std::string(fn) + ": dtype " + dtype_name(dt) + " with join '" + join_name(join) + "' and agg '" +
+		     agg_name(agg) +
+		     "' is not computed on the GPU (float32 and float64 are, and complex in multiply/sum contractions; "
+		     "tensorsql runs the others on the CPU kernels)");
+	}
+}
+
 // Device memory owned by one call: freed when it goes out of scope (before the stream is).
 class Buffer {
 public:
@@ -292,7 +301,7 @@ void tensor_einsum_cuda(duckdb_function_info info, duckdb_data_chunk input, duck
 			const Join join = joins.get(join_c.str(row), [](const Bytes &b) { return parse_join(b, FN); });
 			const Agg agg = aggs.get(agg_c.str(row), [](const Bytes &b) { return parse_agg(b, FN); });
 			const DType dt = dtype_c.get(row, FN);
-			require_device_dtype(dt, FN);
+			require_device_contraction(dt, join, agg, FN);
 			x.read(row, dt, FN);
 			y.read(row, dt, FN);
 			const Shape *shapes[] = {&x.shape, &y.shape};

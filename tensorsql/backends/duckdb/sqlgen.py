@@ -488,8 +488,21 @@ _DEVICE_KERNELS: dict[str, tuple[int, dict[int, str]]] = {
     "tensor_einsum1": (2, {5: "tensor_einsum1_cuda"}),
     "tensor_map": (1, {3: "tensor_map_cuda", 4: "tensor_map_param_cuda"}),
 }
-#: The dtypes the GPU kernel set computes; blocks of any other dtype stay on the CPU kernels.
+#: The dtypes the GPU kernel set computes; blocks of any other dtype stay on the CPU kernels, except complex
+#: blocks in multiply/sum contractions (``tensor_einsum`` with join ``multiply`` and agg ``sum``).
 DEVICE_DTYPES = ("float32", "float64")
+DEVICE_COMPLEX = ("complex64", "complex128")
+
+
+def _multiply_sum(name: str, args: list[exp.Expression]) -> bool:
+    """Whether a kernel call is a multiply/sum ``tensor_einsum`` (literal join and agg)."""
+    if name != "tensor_einsum":
+        return False
+    join, agg = args[1], args[2]
+    return all(isinstance(a, exp.Literal) and a.is_string for a in (join, agg)) and (join.this, agg.this) == (
+        "multiply",
+        "sum",
+    )
 
 
 def on_device(ast: exp.Expression, ordinal: int) -> exp.Expression:
@@ -505,7 +518,7 @@ def on_device(ast: exp.Expression, ordinal: int) -> exp.Expression:
         dtype = args[position] if position < len(args) else None
         if name is None or not (isinstance(dtype, exp.Literal) and dtype.is_string):
             continue
-        if dtype.this in DEVICE_DTYPES:
+        if dtype.this in DEVICE_DTYPES or (dtype.this in DEVICE_COMPLEX and _multiply_sum(node.name, args)):
             node.set("this", name)
             node.set("expressions", [lit(ordinal), *args])
     return ast
