@@ -100,23 +100,7 @@ def connect(
             raise ConfigError(f"{what}= is for a cluster session (workers= or cluster=)")
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
-    if kind != "cpu":
-        from tensorsql.backends.cuda.executor import CudaExecutor
-
-        gpu = CudaExecutor(
-            database,
-            ordinal=ordinal,
-            emulated=kind == "cuda-emulated",
-            threads=threads,
-            read_only=read_only,
-            progress=progress,
-            memory_limit=memory_limit,
-            temp_directory=temp_directory,
-            max_block_bytes=max_block_bytes,
-        )
-        return Session(gpu, strategy=strategy)
-    executor = DuckDBExecutor(
-        database,
+    options = dict(
         threads=threads,
         read_only=read_only,
         progress=progress,
@@ -124,7 +108,12 @@ def connect(
         temp_directory=temp_directory,
         max_block_bytes=max_block_bytes,
     )
-    return Session(executor, strategy=strategy)
+    if kind != "cpu":
+        from tensorsql.backends.cuda.executor import CudaExecutor
+
+        gpu = CudaExecutor(database, ordinal=ordinal, emulated=kind == "cuda-emulated", **options)
+        return Session(gpu, strategy=strategy)
+    return Session(DuckDBExecutor(database, **options), strategy=strategy)  # type: ignore[arg-type]
 
 
 def _cluster_executor(

@@ -203,6 +203,25 @@ JOINS = {
 }
 
 
+def test_a_plan_run_in_waves_binds_each_wave_to_the_device(gpu, monkeypatch):
+    """Under a small memory budget a plan runs in waves (``staged``): each wave's statement is lowered for the
+    device too."""
+    from tensorsql.backends.duckdb.executor import DuckDBExecutor
+
+    rng = np.random.default_rng(7)
+    a, b = rng.standard_normal((12, 10)), rng.standard_normal((10, 8))
+    A, B = gpu.from_numpy(a, block_shape=(4, 5)), gpu.from_numpy(b, block_shape=(5, 4))
+    monkeypatch.setattr(DuckDBExecutor, "wave_budget", property(lambda self: 1 << 9))
+    rel = ts.exp(A @ B)
+    assert "runs in waves" in rel.explain()
+    emulated = gpu.executor.device == "cuda-emulated"
+    before = _counters(gpu) if emulated else {}
+    np.testing.assert_allclose(rel.numpy(), np.exp(a @ b), rtol=1e-12)
+    if emulated:  # every block product and every exp of the waves ran on the device
+        assert _counters(gpu)["launches"] - before["launches"] >= 3 * 2 * 2 + 3 * 2
+    np.testing.assert_allclose(gpu.from_arrow(rel.to_arrow()).numpy(), np.exp(a @ b), rtol=1e-12)
+
+
 @pytest.mark.parametrize(
     ("join", "agg"),
     [

@@ -122,6 +122,23 @@ private:
 	void *p_;
 };
 
+// One function call's stream (made for the first row that needs the device; rows of a chunk share it).
+class CallStream {
+public:
+	Stream &on(Device &device, int ordinal, const char *fn) {
+		if (stream_ == nullptr || ordinal_ != ordinal) {
+			stream_.reset();
+			stream_ = device.stream(ordinal, fn);
+			ordinal_ = ordinal;
+		}
+		return *stream_;
+	}
+
+private:
+	std::unique_ptr<Stream> stream_;
+	int ordinal_ = -1;
+};
+
 LoopJob make_job(const std::vector<Loop> &outer, const std::vector<Loop> &inner) {
 	LoopJob j;
 	j.n_outer = static_cast<int>(outer.size());
@@ -245,20 +262,6 @@ bool gemm_contract(Stream &s, DType dt, const Plan &p, const void *x, const void
 	return true;
 }
 
-// numpy's rule for a reduction over an empty label (einsum.cpp's check, for the real dtypes the GPU computes).
-void check_empty_reduction(const Plan &p, Agg agg, const char *fn) {
-	const char *np_name = agg_without_identity(agg);
-	if (np_name == nullptr) {
-		return;
-	}
-	for (size_t i = 0; i < p.inner.size(); i++) {
-		if (p.inner[i].size == 0) {
-			fail(std::string(fn) + ": agg '" + agg_name(agg) + "' reduces over label '" + p.inner_labels[i] +
-			     "' of size 0 and has no identity (numpy: zero-size array to reduction operation " + np_name +
-			     " which has no identity)");
-		}
-	}
-}
 
 bool any_empty(const std::vector<Loop> &loops) {
 	for (const Loop &l : loops) {
@@ -291,8 +294,7 @@ void tensor_einsum_cuda(duckdb_function_info info, duckdb_data_chunk input, duck
 		Cached<Spec> specs;
 		Cached<Join> joins;
 		Cached<Agg> aggs;
-		std::unique_ptr<Stream> stream;
-		int stream_ordinal = -1;
+		CallStream stream;
 		std::vector<unsigned char> host;
 		static const char *const names[] = {"x", "y"};
 		scalar_rows(input, output, all_valid(dev_c, spec_c, join_c, agg_c, dtype_c, x, y), [&](idx_t row) {
@@ -306,15 +308,11 @@ void tensor_einsum_cuda(duckdb_function_info info, duckdb_data_chunk input, duck
 			y.read(row, dt, FN);
 			const Shape *shapes[] = {&x.shape, &y.shape};
 			const Plan p = make_plan(spec, shapes, names, itemsize(dt), FN);
-			check_empty_reduction(p, agg, FN);
+			check_empty_reduction(p, agg, dt, FN);
 			const uint64_t out_bytes = p.out_numel * itemsize(dt);
 			host.resize(out_bytes);
 			if (out_bytes != 0) {
-				if (stream == nullptr || stream_ordinal != ordinal) {
-					stream = device_of(info).stream(ordinal, FN);
-					stream_ordinal = ordinal;
-				}
-				Stream &s = *stream;
+				Stream &s = stream.on(device_of(info), ordinal, FN);
 				Buffer xd(s, x.bytes.size, FN, "operand x"), yd(s, y.bytes.size, FN, "operand y");
 				Buffer zd(s, out_bytes, FN, "the output block");
 				s.upload(xd.get(), x.bytes.data, x.bytes.size);
@@ -340,8 +338,7 @@ void tensor_einsum1_cuda(duckdb_function_info info, duckdb_data_chunk input, duc
 		BlockCol x(input, 4, 5, "x");
 		Cached<Spec> specs;
 		Cached<Agg> aggs;
-		std::unique_ptr<Stream> stream;
-		int stream_ordinal = -1;
+		CallStream stream;
 		std::vector<unsigned char> host;
 		static const char *const names[] = {"x", "y"};
 		scalar_rows(input, output, all_valid(dev_c, spec_c, agg_c, dtype_c, x), [&](idx_t row) {
@@ -353,15 +350,11 @@ void tensor_einsum1_cuda(duckdb_function_info info, duckdb_data_chunk input, duc
 			x.read(row, dt, FN);
 			const Shape *shapes[] = {&x.shape, nullptr};
 			const Plan p = make_plan(spec, shapes, names, itemsize(dt), FN);
-			check_empty_reduction(p, agg, FN);
+			check_empty_reduction(p, agg, dt, FN);
 			const uint64_t out_bytes = p.out_numel * itemsize(dt);
 			host.resize(out_bytes);
 			if (out_bytes != 0) {
-				if (stream == nullptr || stream_ordinal != ordinal) {
-					stream = device_of(info).stream(ordinal, FN);
-					stream_ordinal = ordinal;
-				}
-				Stream &s = *stream;
+				Stream &s = stream.on(device_of(info), ordinal, FN);
 				Buffer xd(s, x.bytes.size, FN, "operand x"), zd(s, out_bytes, FN, "the output block");
 				s.upload(xd.get(), x.bytes.data, x.bytes.size);
 				s.loop(dt, Join::Mul, agg, true, make_job(p.outer, p.inner), xd.get(), nullptr, zd.get());
@@ -380,8 +373,7 @@ void map_rows(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 		BlobCol x(input, 3);
 		Col param_c = with_param ? Col(input, 4) : Col(input, 0);
 		Cached<Fn> fns;
-		std::unique_ptr<Stream> stream;
-		int stream_ordinal = -1;
+		CallStream stream;
 		std::vector<unsigned char> host;
 		const auto args_valid = all_valid(dev_c, fn_c, dtype_c, x);
 		auto valid = [&](idx_t row) { return args_valid(row) && (!with_param || param_c.valid(row)); };
@@ -398,11 +390,7 @@ void map_rows(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 			const uint64_t bytes = n * itemsize(dt);
 			host.resize(bytes);
 			if (bytes != 0) {
-				if (stream == nullptr || stream_ordinal != ordinal) {
-					stream = device_of(info).stream(ordinal, FN);
-					stream_ordinal = ordinal;
-				}
-				Stream &s = *stream;
+				Stream &s = stream.on(device_of(info), ordinal, FN);
 				Buffer xd(s, bytes, FN, "operand x"), zd(s, bytes, FN, "the output block");
 				s.upload(xd.get(), x.bytes.data, bytes);
 				s.map(dt, f, with_param ? param_c.f64(row) : 0.0, xd.get(), zd.get(), n);

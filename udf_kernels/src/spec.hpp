@@ -2,6 +2,7 @@
 #pragma once
 
 #include "common.hpp"
+#include "ops.hpp"
 
 #include <array>
 
@@ -93,6 +94,22 @@ inline void odometer(const Loop *L, size_t n, int64_t bx, int64_t by, Body &&bod
 			ox -= L[k].sx * L[k].size;
 			oy -= L[k].sy * L[k].size;
 			idx[k] = 0;
+		}
+	}
+}
+
+// numpy's rule for a reduction over an empty label: the aggregation's identity where it has one (sum: 0, prod: 1);
+// max and min have none, and fail as numpy's do (on complex, they fail as undefined first).
+inline void check_empty_reduction(const Plan &p, Agg agg, DType dt, const char *fn) {
+	const char *np_name = agg_without_identity(agg);
+	if (np_name == nullptr || (is_complex_dtype(dt) && !agg_complex(agg))) {
+		return;
+	}
+	for (size_t i = 0; i < p.inner.size(); i++) {
+		if (p.inner[i].size == 0) {
+			fail(std::string(fn) + ": agg '" + agg_name(agg) + "' reduces over label '" + p.inner_labels[i] +
+			     "' of size 0 and has no identity (numpy: zero-size array to reduction operation " + np_name +
+			     " which has no identity)");
 		}
 	}
 }
