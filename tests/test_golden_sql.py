@@ -20,11 +20,15 @@ def src(name, shape, block_shape, dtype="float64"):
     return E.Source(shape=shape, dtype=dtype, table=name, block_shape=block_shape)
 
 
-def plan_sql(spec, *sources, **kw):
+def plan_sql(spec, *sources, lowering=sqlgen.FUSED, **kw):
     inputs, output, _ = split_args([spec, *sources])
     node = frontend.build(parse(inputs, output, [x.shape for x in sources]), list(sources), **kw)
     rel = rewrite.physical(lower.lower(node, lower.default_partitioning(node)), costs.PROFILE)
-    return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
+    return sqlgen.sql_text(sqlgen.to_ast(rel, lowering=lowering), pretty=True) + "\n"
+
+
+#: the GPU executor's lowering (backends/cuda): no fused forms, float kernels bound to device 0
+GPU = sqlgen.Lowering(einsum_agg=False, einsum_path=False, device=0)
 
 
 def slice_sql(source, start, count, step, keep):
@@ -83,6 +87,23 @@ CASES = {
         src("B", (40, 3), (40, 3)),
         src("C", (3, 50), (3, 10)),
         optimize="optimal",
+    ),
+    # the GPU executor: block products on the device, summed by tensor_sum (no tensor_einsum_agg)
+    "gpu_matmul": lambda: plan_sql(
+        "ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5)), lowering=GPU
+    ),
+    # a fused one-block tree as nested device calls (no tensor_einsum_path)
+    "gpu_chain3": lambda: plan_sql(
+        "ij,jk,kl->il",
+        src("A", (4, 40), (4, 40)),
+        src("B", (40, 3), (40, 3)),
+        src("C", (3, 50), (3, 50)),
+        optimize="optimal",
+        lowering=GPU,
+    ),
+    # int32 stays on the CPU kernels; the cast to float32 too
+    "gpu_transpose_scalar_cast": lambda: plan_sql(
+        "ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32"), lowering=GPU
     ),
     "transpose_scalar_cast": lambda: plan_sql(
         "ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32")
