@@ -292,16 +292,25 @@ TSK_HD inline void offsets_of(const LoopJob &j, int first, int n, uint64_t i, in
 	}
 }
 
-// Output element o of the loop job.
+// Output element o of the loop job: its terms in C order of the summed labels. The last summed label is walked
+// by stride; only the others are decoded by division, once per run of it.
 template <class T, class J, class A>
 TSK_HD inline T loop_element(const LoopJob &j, const T *x, const T *y, uint64_t o) {
 	int64_t bx = 0, by = 0;
 	offsets_of(j, 0, j.n_outer, o, bx, by);
 	T acc = A::template identity<T>();
-	for (uint64_t t = 0; t < j.inner_numel; ++t) {
+	if (j.n_inner == 0) {
+		return A::template f<T>(acc, J::template f<T>(x[bx], y == nullptr ? T(0) : y[by]));
+	}
+	const Loop &last = j.loops[j.n_outer + j.n_inner - 1];
+	const uint64_t run = static_cast<uint64_t>(last.size);
+	const uint64_t runs = run == 0 ? 0 : j.inner_numel / run;
+	for (uint64_t t = 0; t < runs; ++t) {
 		int64_t ox = bx, oy = by;
-		offsets_of(j, j.n_outer, j.n_inner, t, ox, oy);
-		acc = A::template f<T>(acc, J::template f<T>(x[ox], y == nullptr ? T(0) : y[oy]));
+		offsets_of(j, j.n_outer, j.n_inner - 1, t, ox, oy);
+		for (uint64_t u = 0; u < run; ++u, ox += last.sx, oy += last.sy) {
+			acc = A::template f<T>(acc, J::template f<T>(x[ox], y == nullptr ? T(0) : y[oy]));
+		}
 	}
 	return acc;
 }
