@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-torch lint bench kernels clean
+.PHONY: demo test test-torch test-gpu lint bench kernels clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -25,6 +25,13 @@ test: kernels
 test-torch: kernels
 	$(BIN)/python -m pip install -q -e '.[torch]'
 	$(BIN)/python -m pytest -m torch
+
+# on a machine with a CUDA GPU: the GPU kernel set built for it, then every GPU test (tests/test_gpu.py) and the
+# GPU benchmark (benchmarks/gpu.py; torch built for CUDA is its peer)
+test-gpu: kernels
+	$(BIN)/python -m udf_kernels.gpu_build
+	$(BIN)/python -m pytest -m gpu tests/test_gpu.py
+	$(BIN)/python -m benchmarks.gpu
 
 lint: $(STAMP)
 	$(BIN)/ruff check tensorsql planner udf_kernels tests benchmarks
