@@ -287,6 +287,12 @@ def test_an_old_gpu_is_refused_before_any_query():
     check_architecture(info, 1, "cuda:1")
     with pytest.raises(ts.DeviceError, match="sm_70 is older than the GPU kernels were built for"):
         check_architecture(info, 0, "cuda:0")
+    # the device count is not a device: ordinal 2 of "2 device(s)" is no entry (connect refuses it first)
+    newer = info.replace("0 Tesla V100 (16160 MiB, sm_70)", "0 NVIDIA H100 (81559 MiB, sm_90)")
+    check_architecture(newer, 2, "x")
+    two = "cuda: 2 device(s): 0 A (1 MiB, sm_90); 1 B (1 MiB, sm_70); built for sm_75;"
+    with pytest.raises(ts.DeviceError, match="sm_70"):
+        check_architecture(two, 1, "y")
 
 
 def test_cuda_without_a_usable_device_says_why():

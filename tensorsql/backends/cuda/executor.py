@@ -57,11 +57,15 @@ def check_architecture(info: str, ordinal: int, where: str) -> None:
     lowest built (a cubin runs on later minor versions of its major one, the PTX of the newest on anything
     newer). ``info`` is ``tensor_cuda_info()``: "... <i> <name> (<MiB> MiB, sm_<cc>); ... built for
     sm_<a>,<b>;"."""
-    device = re.search(rf"\b{ordinal} [^;]*\(\d+ MiB, sm_(\d+)\);", info)
+    devices = {}
+    for entry in info.partition("device(s):")[2].split(";"):
+        m = re.fullmatch(r"\s*(\d+) .*\(\d+ MiB, sm_(\d+)\)\s*", entry)
+        if m:
+            devices[int(m.group(1))] = int(m.group(2))
     built = re.search(r"built for sm_([\d,]+);", info)
-    if device is None or built is None:
+    if ordinal not in devices or built is None:
         return
-    cc = int(device.group(1))
+    cc = devices[ordinal]
     archs = [int(a) for a in built.group(1).split(",") if a]
     if archs and cc < min(archs):
         raise DeviceError(
