@@ -412,9 +412,11 @@ def test_the_cuda_sources_compile():
     path = gpu_build.build(emulated=False)
     import duckdb
 
+    import udf_kernels
+
     con = duckdb.connect(config={"allow_unsigned_extensions": "true"})
     try:
-        con.execute("LOAD " + sqlgen.lit(str(path)).sql(dialect="duckdb")).fetchall()
+        udf_kernels.load(con, path)
         info = con.execute("SELECT tensor_cuda_info()").fetchall()[0][0]
     finally:
         con.close()

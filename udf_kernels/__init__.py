@@ -212,15 +212,16 @@ def _sql_string(text: str) -> str:
     return exp.Literal.string(text).sql(dialect="duckdb")
 
 
-def load(con: Any) -> Path:
-    """Load the extension into the DuckDB connection ``con`` and return the extension's path.
+def load(con: Any, path: Path | None = None) -> Path:
+    """Load the extension (or the extension file ``path``: the GPU kernel set) into the DuckDB connection
+    ``con`` and return its path.
 
     ``con`` must have been created with ``config={"allow_unsigned_extensions": "true"}``. Loading twice into
     the same connection is harmless.
     """
     import duckdb
 
-    path = extension_path()
+    path = extension_path() if path is None else path
     try:
         con.execute("LOAD " + _sql_string(str(path))).fetchall()
     except duckdb.Error as exc:

@@ -253,7 +253,13 @@ def _build_lock() -> Iterator[None]:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-def _run_compiles(cxx: str, flags: list[str], sources: list[Path], obj_dir: Path) -> list[Path]:
+def _run_compiles(
+    cxx: str,
+    flags: list[str],
+    sources: list[Path],
+    obj_dir: Path,
+    what: str = "the tensorsql_kernels extension",
+) -> list[Path]:
     procs = []
     for src in sources:
         obj = obj_dir / (src.stem + ".o")
@@ -272,7 +278,7 @@ def _run_compiles(cxx: str, flags: list[str], sources: list[Path], obj_dir: Path
         if proc.returncode != 0:
             errors.append(f"$ {' '.join(cmd)}\n{out}")
     if errors:
-        raise KernelBuildError("compiling the tensorsql_kernels extension failed:\n" + "\n".join(errors))
+        raise KernelBuildError(f"compiling {what} failed:\n" + "\n".join(errors))
     return [obj for _src, obj, _cmd, _proc in procs]
 
 
@@ -306,11 +312,17 @@ def build(force: bool = False) -> Path:
                     f"linking the tensorsql_kernels extension failed:\n$ {' '.join(link)}\n"
                     f"{proc.stdout}{proc.stderr}"
                 )
-            data = lib.read_bytes() + footer(duckdb_platform(), c_api_version_string(), EXTENSION_VERSION)
-            staged = BUILD_DIR / f".{EXTENSION_FILE}.tmp{os.getpid()}"
-            staged.write_bytes(data)
-            os.replace(staged, BUILT_PATH)
+            install(lib, BUILT_PATH)
     return BUILT_PATH
+
+
+def install(lib: Path, out: Path) -> None:
+    """The linked library ``lib`` as the extension file ``out``: DuckDB's footer appended, written beside it
+    and renamed into place (a process loading ``out`` meanwhile sees the old file or the new one, whole)."""
+    data = lib.read_bytes() + footer(duckdb_platform(), c_api_version_string(), EXTENSION_VERSION)
+    staged = out.parent / f".{out.name}.tmp{os.getpid()}"
+    staged.write_bytes(data)
+    os.replace(staged, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -92,24 +92,6 @@ def _run(cmd: list[str], what: str) -> None:
         raise KernelBuildError(f"{what} failed:\n$ {' '.join(cmd)}\n{proc.stdout}{proc.stderr}")
 
 
-def _compile_host(cxx: str, flags: list[str], sources: list[Path], obj_dir: Path) -> list[Path]:
-    procs = []
-    for src in sources:
-        obj = obj_dir / f"{src.parent.name}_{src.stem}.o"
-        cmd = [cxx, *flags, "-c", str(src), "-o", str(obj)]
-        procs.append(
-            (obj, cmd, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-        )
-    errors = []
-    for _obj, cmd, proc in procs:
-        out, _ = proc.communicate()
-        if proc.returncode != 0:
-            errors.append(f"$ {' '.join(cmd)}\n{out}")
-    if errors:
-        raise KernelBuildError("compiling the GPU kernel set failed:\n" + "\n".join(errors))
-    return [obj for obj, _cmd, _proc in procs]
-
-
 def _nvcc_flags(include_dir: Path) -> list[str]:
     major, minor, patch = cpu.C_API_VERSION
     codes = archs()
@@ -160,7 +142,7 @@ def build(emulated: bool = False, force: bool = False) -> Path:
             host.append(GPU_DIR / "emulated.cpp")
         with tempfile.TemporaryDirectory(prefix="gpu-obj-", dir=cpu.BUILD_DIR) as tmp:
             obj_dir = Path(tmp)
-            objects = _compile_host(cxx, flags, host, obj_dir)
+            objects = cpu._run_compiles(cxx, flags, host, obj_dir, "the GPU kernel set")
             lib = obj_dir / "lib.so"
             if emulated:
                 link = [
@@ -203,12 +185,7 @@ def build(emulated: bool = False, force: bool = False) -> Path:
                     str(lib),
                 ]
             _run(link, f"linking {name}")
-            data = lib.read_bytes() + cpu.footer(
-                cpu.duckdb_platform(), cpu.c_api_version_string(), cpu.EXTENSION_VERSION
-            )
-            staged = cpu.BUILD_DIR / f".{out.name}.tmp{os.getpid()}"
-            staged.write_bytes(data)
-            os.replace(staged, out)
+            cpu.install(lib, out)
     return out
 
 

@@ -215,7 +215,7 @@ public:
 	void gemm(DType dt, const GemmJob &g) override;
 	void map(DType dt, Fn fn, double param, const void *x, void *z, uint64_t n) override {
 		const unsigned blocks = blocks_for(n);
-		with_float_type(dt, [&](auto tag) {
+		with_real_type(dt, [&](auto tag) {
 			using T = decltype(tag);
 			MapParam<T> p;
 			p.real = static_cast<T>(param);
@@ -228,15 +228,6 @@ public:
 	}
 
 private:
-	template <class F>
-	static void with_float_type(DType dt, F &&f) {
-		if (dt == DType::F32) {
-			f(float {});
-		} else {
-			f(double {});
-		}
-	}
-
 	CudaDevice &dev_;
 	int ordinal_;
 	const char *fn_;

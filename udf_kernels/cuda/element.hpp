@@ -217,6 +217,18 @@ void with_join_agg(Join join, Agg agg, bool unary, F &&f) {
 	}
 }
 
+// f(T{}) for a real dtype the device computes (device_dtype: float32, float64), as float or double.
+template <class F>
+void with_real_type(DType dt, F &&f) {
+	if (dt == DType::F32) {
+		f(float {});
+	} else if (dt == DType::F64) {
+		f(double {});
+	} else {
+		fail(std::string("the GPU kernels map float32 and float64 blocks only, not ") + dtype_name(dt));
+	}
+}
+
 // f(T{}) for the element type of dt: float, double, or a Complex for the complex dtypes.
 template <class F>
 void with_loop_type(DType dt, F &&f) {

@@ -33,15 +33,6 @@ uint64_t capacity_from_env() {
 	return end != nullptr && *end == '\0' ? static_cast<uint64_t>(n) : UINT64_MAX;
 }
 
-template <class F>
-void with_float(DType dt, F &&f) {
-	if (dt == DType::F32) {
-		f(float {});
-	} else {
-		f(double {});
-	}
-}
-
 class EmulatedStream final : public Stream {
 public:
 	explicit EmulatedStream(Counters &c) : c_(c) {
@@ -115,7 +106,7 @@ public:
 	}
 	void map(DType dt, Fn fn, double param, const void *x, void *z, uint64_t n) override {
 		c_.launches++;
-		with_float(dt, [&](auto tag) {
+		with_real_type(dt, [&](auto tag) {
 			using T = decltype(tag);
 			MapParam<T> p;
 			p.real = static_cast<T>(param);

@@ -177,12 +177,14 @@ uint64_t product(const std::vector<Loop> &loops) {
 	return n;
 }
 
-// The loops with x's strides taken from `y` (sy) instead: packing Y reads it as the unary job's x.
-std::vector<Loop> as_x(const std::vector<Loop> &loops, bool from_y) {
+// The groups' loops one after another, as a unary job over x reads them: x's strides, or y's (sy) when
+// `from_y` (packing Y reads it as the job's x).
+std::vector<Loop> as_x(std::initializer_list<const std::vector<Loop> *> groups, bool from_y) {
 	std::vector<Loop> r;
-	r.reserve(loops.size());
-	for (const Loop &l : loops) {
-		r.push_back(Loop {l.size, from_y ? l.sy : l.sx, 0});
+	for (const std::vector<Loop> *g : groups) {
+		for (const Loop &l : *g) {
+			r.push_back(Loop {l.size, from_y ? l.sy : l.sx, 0});
+		}
 	}
 	return r;
 }
@@ -223,22 +225,11 @@ bool gemm_contract(Stream &s, DType dt, const Plan &p, const void *x, const void
 		return false;
 	}
 	// A = [B, M, K] read from x, B = [B, K, N] read from y
-	std::vector<Loop> a_groups = as_x(groups[kB], false), b_groups = as_x(groups[kB], true);
-	for (const Loop &l : as_x(groups[kM], false)) {
-		a_groups.push_back(l);
-	}
-	for (const Loop &l : as_x(kl, false)) {
-		a_groups.push_back(l);
-	}
-	for (const Loop &l : as_x(kl, true)) {
-		b_groups.push_back(l);
-	}
-	for (const Loop &l : as_x(groups[kN], true)) {
-		b_groups.push_back(l);
-	}
+	const std::vector<Loop> a_groups = as_x({&groups[kB], &groups[kM], &kl}, false);
+	const std::vector<Loop> b_groups = as_x({&groups[kB], &kl, &groups[kN]}, true);
 	std::unique_ptr<Buffer> a_keep, b_keep;
-	g.a = packed(s, dt, x, a_groups, as_x(px, false), a_keep, fn, "operand x in the GEMM layout");
-	g.b = packed(s, dt, y, b_groups, as_x(py, true), b_keep, fn, "operand y in the GEMM layout");
+	g.a = packed(s, dt, x, a_groups, as_x({&px}, false), a_keep, fn, "operand x in the GEMM layout");
+	g.b = packed(s, dt, y, b_groups, as_x({&py}, true), b_keep, fn, "operand y in the GEMM layout");
 	// Z's loops with their strides in C = [B, M, N]: C is Z when those are Z's own contiguous strides.
 	const int64_t base[3] = {g.m * g.n, g.n, 1};
 	std::vector<Loop> z_in_c;
@@ -261,7 +252,6 @@ bool gemm_contract(Stream &s, DType dt, const Plan &p, const void *x, const void
 	s.loop(dt, Join::Mul, Agg::Sum, true, make_job(z_in_c, {}), c.get(), nullptr, z);
 	return true;
 }
-
 
 bool any_empty(const std::vector<Loop> &loops) {
 	for (const Loop &l : loops) {

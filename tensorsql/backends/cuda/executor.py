@@ -117,7 +117,8 @@ class CudaExecutor(DuckDBExecutor):
         self._lane = False  # the single-threaded lane serves sink statements, which this executor has none of
 
     def _load_gpu_kernels(self, ordinal: int, emulated: bool) -> str:
-        from udf_kernels import KernelBuildError, gpu_build
+        import udf_kernels
+        from udf_kernels import KernelBuildError, KernelLoadError, gpu_build
 
         where = "cuda-emulated" if emulated else f"cuda:{ordinal}"
         try:
@@ -126,11 +127,10 @@ class CudaExecutor(DuckDBExecutor):
             raise DeviceError(f"device={where!r}: cannot build the GPU kernels: {exc}") from exc
         if not emulated:
             preload_cublas()
-        literal = exp_string(str(path))
         try:
-            self.con.execute("LOAD " + literal).fetchall()
+            udf_kernels.load(self.con, path)
             info = str(self.con.execute("SELECT tensor_cuda_info()").fetchall()[0][0])
-        except duckdb.Error as exc:
+        except (KernelLoadError, duckdb.Error) as exc:
             raise ExtensionError(f"cannot load the GPU kernel set {path}: {exc}") from exc
         if info.startswith("error:"):
             raise DeviceError(
@@ -163,9 +163,3 @@ class CudaExecutor(DuckDBExecutor):
         with self._lock:
             return str(self.con.execute("SELECT tensor_cuda_info()").fetchall()[0][0])
 
-
-def exp_string(text: str) -> str:
-    """A SQL string literal, quoted by sqlglot (sqlglot has no LOAD statement node)."""
-    from sqlglot import exp
-
-    return exp.Literal.string(text).sql(dialect="duckdb")
