@@ -306,9 +306,10 @@ class Session:
         arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
         bs = resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
-        spread = getattr(self.executor, "spread", None)  # a cluster: enough blocks for every worker
-        if block_shape is None and blocks is None and spread is not None:
-            bs = spread(arr.shape, bs)
+        # the executor's own default blocking: a cluster wants a block for every worker, a GPU few large ones
+        storage_blocks = getattr(self.executor, "storage_blocks", None)
+        if block_shape is None and blocks is None and storage_blocks is not None:
+            bs = storage_blocks(arr.shape, bs, np.dtype(name).itemsize)
         table = arrow.split(arr, bs, name, copy=copy)
         view = self.executor.upload(table, (arr.shape, bs, name), verified=True)  # valid as split
         return self._stored(view, arr.shape, bs, name, release=self.executor.release)

@@ -261,7 +261,7 @@ def test_from_numpy_spreads_a_small_array_over_the_workers(cs):
     assert rel.block_shape == (6, 4)  # two blocks: one per worker
     np.testing.assert_array_equal(rel.numpy(), x)
     assert cs.from_numpy(x, block_shape=(6, 8)).block_shape == (6, 8)  # a blocking given is kept
-    assert cs.executor.spread((1,), (1,)) == (1,) and cs.executor.spread((), ()) == ()
+    assert cs.executor.storage_blocks((1,), (1,), 4) == (1,) and cs.executor.storage_blocks((), (), 4) == ()
 
 
 def test_progress_shows_stages_and_parts_done(cs, monkeypatch):

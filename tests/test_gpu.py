@@ -116,8 +116,9 @@ def test_no_fused_form_the_gpu_kernel_set_lacks(gpu, cpu):
     rng = np.random.default_rng(2)
     a, b = rng.standard_normal((8, 6)), rng.standard_normal((6, 4))
 
-    def blocked(s):
-        return s.einsum("ij,jk->ik", s.from_numpy(a, block_shape=(4, 3)), s.from_numpy(b, block_shape=(3, 4)))
+    def blocked(s):  # the operands' blocking kept (the GPU session's planner, p = 1, would assemble them)
+        x, y = s.from_numpy(a, block_shape=(4, 3)), s.from_numpy(b, block_shape=(3, 4))
+        return s.einsum("ij,jk->ik", x, y, strategy="operands")
 
     assert "tensor_einsum_agg" in _kernel_calls(blocked(cpu).sql())
     on_gpu = _kernel_calls(blocked(gpu).sql())
@@ -134,6 +135,29 @@ def test_no_fused_form_the_gpu_kernel_set_lacks(gpu, cpu):
     calls = tree(gpu).sql()
     assert "tensor_einsum_path" not in calls and calls.count("tensor_einsum_cuda(") == 2
     np.testing.assert_allclose(tree(gpu).numpy(), x @ y @ z, rtol=1e-12)
+
+
+def test_the_device_is_planned_as_one_kernel_call_at_a_time(gpu):
+    """A GPU session plans with p = 1 and stores arrays in the fewest blocks under ``max_block_bytes`` (the
+    CPU's 4 MiB blocks made a stored 4096^2 matmul 64 launches, each operand block copied four times, and 16
+    block sums on the host): a stored matmul is one launch."""
+    assert gpu.p == 1
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((1200, 900)), rng.standard_normal((900, 1100))  # 8.6 and 7.9 MB
+    A, B = gpu.from_numpy(a), gpu.from_numpy(b)
+    assert A.block_shape == a.shape and B.block_shape == b.shape
+    assert gpu.from_numpy(a, block_shape=(600, 900)).block_shape == (600, 900)  # given blocks are kept
+    emulated = gpu.executor.device == "cuda-emulated"
+    before = _counters(gpu) if emulated else {}
+    atol = np.finfo(np.float64).eps * 900 * 16 * np.abs(a).max() * np.abs(b).max()  # K terms can cancel
+    np.testing.assert_allclose((A @ B).numpy(), a @ b, rtol=0, atol=atol)
+    if emulated:
+        assert _counters(gpu)["launches"] - before["launches"] == 1
+    with ts.connect(device=gpu.executor.device, max_block_bytes=64 << 10) as small:
+        blocked = small.from_numpy(a.astype(np.float32))
+        bs = blocked.block_shape
+        assert np.prod(bs) * 4 <= 64 << 10 and np.prod(bs) * 8 > 64 << 10  # the fewest blocks under the cap
+        np.testing.assert_array_equal(blocked.numpy(), a.astype(np.float32))
 
 
 def test_each_block_is_copied_to_the_device_once_and_back_once(gpu):
@@ -212,6 +236,7 @@ def test_a_plan_run_in_waves_binds_each_wave_to_the_device(gpu, monkeypatch):
     a, b = rng.standard_normal((12, 10)), rng.standard_normal((10, 8))
     A, B = gpu.from_numpy(a, block_shape=(4, 5)), gpu.from_numpy(b, block_shape=(5, 4))
     monkeypatch.setattr(DuckDBExecutor, "wave_budget", property(lambda self: 1 << 9))
+    monkeypatch.setattr(gpu, "strategy", "operands")  # the blocks kept: several block products per wave
     rel = ts.exp(A @ B)
     assert "runs in waves" in rel.explain()
     emulated = gpu.executor.device == "cuda-emulated"

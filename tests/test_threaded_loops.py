@@ -165,3 +165,41 @@ def test_batched_dots_in_split_blocks(sessions, eq, dtype):
     atol = np.finfo(dtype).eps * 8 * np.sqrt(terms) * float(np.abs(x).max() * np.abs(y).max()) * 4
     for g in got:
         np.testing.assert_allclose(g, want, rtol=0, atol=atol)
+
+
+@pytest.mark.parametrize(
+    ("eq", "shapes", "block_shapes"),
+    [
+        # the left operand packed (a and b, its M labels, are not adjacent) and the product unpacked (c first)
+        ("akb,kc->cba", [(64, 40, 256), (40, 64)], None),
+        ("akb,kc->bca", [(3, 40, 4096), (40, 100)], None),  # the product's outermost loop has 3 pieces
+        ("zakb,kc->zcba", [(1, 64, 40, 256), (40, 64)], None),  # a loop of size 1 outermost
+        ("kab,cbk->acb", [(30, 96, 200), (60, 200, 30)], None),  # both operands packed
+        # k split in two blocks: the second block's product is added into the first (the accumulating unpack)
+        ("akb,kc->cba", [(64, 40, 256), (40, 64)], [(64, 20, 256), (20, 64)]),
+    ],
+)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64"])
+def test_packing_and_unpacking_split_over_threads(sessions, eq, shapes, block_shapes, dtype):
+    """A contraction's operand packing and its product's permute into the output order (``permute_on`` in
+    gemm.cpp) go over the threads when they are big (over 262,144 elements a thread): numpy's values on 1 and
+    4 threads."""
+    rng = np.random.default_rng(sum(map(sum, shapes)))
+    arrays = [rng.standard_normal(s) for s in shapes]
+    if dtype.startswith("complex"):
+        arrays = [a + 1j * rng.standard_normal(a.shape) for a in arrays]
+    arrays = [a.astype(dtype) for a in arrays]
+    wide = np.complex128 if dtype.startswith("complex") else np.float64
+    want = np.einsum(eq, *[a.astype(wide) for a in arrays])
+    k = shapes[0][eq.split(",")[0].index("k")]
+    atol = np.finfo(dtype).eps * k * 8 * max(float(np.abs(a).max()) for a in arrays) ** 2
+    for s in sessions:
+        if block_shapes is None:
+            got = s.einsum(eq, *arrays, strategy="none").numpy()
+        else:
+            rels = [s.from_numpy(a, block_shape=b) for a, b in zip(arrays, block_shapes, strict=True)]
+            rel = s.einsum(eq, *rels, strategy="operands")
+            assert "tensor_einsum_agg" in rel.sql()
+            got = rel.numpy()
+        assert got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, want, rtol=0, atol=atol)

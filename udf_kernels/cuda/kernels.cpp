@@ -25,11 +25,32 @@
 #include "../src/rows.hpp"
 
 #include <initializer_list>
+#include <memory>
 #include <vector>
 
 namespace tsk {
 namespace gpu {
 namespace {
+
+// The host copy of a result block, grown on demand and reused across a chunk's rows, never zero-filled:
+// std::vector's resize wrote every byte of a block once more (and faulted its pages in) before the download
+// overwrote them.
+class HostBuf {
+public:
+	void resize(size_t bytes) {
+		if (bytes > cap_) {
+			data_.reset(new unsigned char[bytes]); // default-initialised: not written
+			cap_ = bytes;
+		}
+	}
+	unsigned char *data() {
+		return data_.get();
+	}
+
+private:
+	std::unique_ptr<unsigned char[]> data_;
+	size_t cap_ = 0;
+};
 
 // ---- registration helpers -------------------------------------------------------------------------------
 
@@ -285,7 +306,7 @@ void tensor_einsum_cuda(duckdb_function_info info, duckdb_data_chunk input, duck
 		Cached<Join> joins;
 		Cached<Agg> aggs;
 		CallStream stream;
-		std::vector<unsigned char> host;
+		HostBuf host;
 		static const char *const names[] = {"x", "y"};
 		scalar_rows(input, output, all_valid(dev_c, spec_c, join_c, agg_c, dtype_c, x, y), [&](idx_t row) {
 			const int ordinal = ordinal_of(dev_c, row, FN);
@@ -329,7 +350,7 @@ void tensor_einsum1_cuda(duckdb_function_info info, duckdb_data_chunk input, duc
 		Cached<Spec> specs;
 		Cached<Agg> aggs;
 		CallStream stream;
-		std::vector<unsigned char> host;
+		HostBuf host;
 		static const char *const names[] = {"x", "y"};
 		scalar_rows(input, output, all_valid(dev_c, spec_c, agg_c, dtype_c, x), [&](idx_t row) {
 			const int ordinal = ordinal_of(dev_c, row, FN);
@@ -364,7 +385,7 @@ void map_rows(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 		Col param_c = with_param ? Col(input, 4) : Col(input, 0);
 		Cached<Fn> fns;
 		CallStream stream;
-		std::vector<unsigned char> host;
+		HostBuf host;
 		const auto args_valid = all_valid(dev_c, fn_c, dtype_c, x);
 		auto valid = [&](idx_t row) { return args_valid(row) && (!with_param || param_c.valid(row)); };
 		scalar_rows(input, output, valid, [&](idx_t row) {

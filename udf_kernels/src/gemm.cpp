@@ -343,12 +343,59 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 
 namespace {
 
+// permute_into on `threads` threads already held from `budget`: ranges of the outermost loop that is not of
+// size 1 (dst is contiguous in the loops' C order, so each range writes its own contiguous part, and the
+// walk inside a range, its 2-D transpose tiles included, is permute_into's). Packing a GEMM's operands and
+// unpacking its product are memory-bound walks as large as the operands: left serial they held a 16-thread
+// contraction to a fraction of its GEMM's speed (benchmark (d) on 16 cores, GETD's last step).
+template <class T, class Op = Assign>
+void permute_on(ThreadBudget *budget, int threads, const Loop *L, size_t n, const T *src, T *dst, Op op = Op {}) {
+	size_t first = 0;
+	while (first < n && L[first].size == 1) {
+		first++;
+	}
+	if (budget == nullptr || threads <= 1 || first + 1 >= n) { // one loop left: one contiguous run or a gather
+		permute_into(L, n, src, dst, op);
+		return;
+	}
+	int64_t inner = 1;
+	for (size_t k = first + 1; k < n; k++) {
+		inner *= L[k].size;
+	}
+	parallel_chunks(budget, threads, L[first].size, [&](int64_t c0, int64_t c1) {
+		std::vector<Loop> loops(L + first, L + n);
+		loops[0].size = c1 - c0;
+		permute_into(loops.data(), loops.size(), src + c0 * L[first].sx, dst + c0 * inner, op);
+	});
+}
+
+// The threads a permute of `numel` elements is worth, at most `cap` (the outermost loop's pieces).
+inline int permute_threads_wanted(ThreadBudget *budget, int64_t numel, int64_t cap) {
+	if (budget == nullptr) {
+		return 1;
+	}
+	const int64_t want = loop_threads_wanted(static_cast<double>(numel), budget->total());
+	return static_cast<int>(std::max<int64_t>(1, std::min(want, cap)));
+}
+
+inline int64_t outer_size(const std::vector<Loop> &L) {
+	for (const Loop &l : L) {
+		if (l.size != 1) {
+			return l.size;
+		}
+	}
+	return 1;
+}
+
 template <class T>
-const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf) {
+const T *pack(const OperandPlan &p, const T *src, AlignedBuf &buf, ThreadBudget *budget) {
 	T *dst = reinterpret_cast<T *>(buf.resize(p.pack_numel * sizeof(T)));
 	T *d = dst;
 	if (p.pack_inner.empty()) {
-		permute_into(p.pack_outer.data(), p.pack_outer.size(), src, dst);
+		const int want = permute_threads_wanted(budget, p.pack_numel, outer_size(p.pack_outer));
+		const int got = want > 1 ? budget->acquire(want) : 1;
+		Lease lease {want > 1 ? budget : nullptr, got};
+		permute_on(budget, got, p.pack_outer.data(), p.pack_outer.size(), src, dst);
 	} else {
 		odometer(p.pack_outer.data(), p.pack_outer.size(), 0, 0, [&](int64_t o, int64_t) {
 			if constexpr (kPairwise<T>) { // a private label summed away: pairwise, like any other sum
@@ -803,10 +850,10 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 	const T *A = c.swap ? y : x;
 	const T *Bm = c.swap ? x : y;
 	if (c.a.pack) {
-		A = pack<T>(c.a, A, s.a);
+		A = pack<T>(c.a, A, s.a, budget);
 	}
 	if (c.b.pack) {
-		Bm = pack<T>(c.b, Bm, s.b);
+		Bm = pack<T>(c.b, Bm, s.b, budget);
 	}
 	if (c.tiled && !packed_out) {
 		const int64_t tiles = c.bt.count * c.mt.count * c.nt.count;
@@ -912,10 +959,14 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 	if (c.pack_c && !packed_out) {
 		T *zp = z;
 		const T *src = C;
+		// on the tokens the GEMM held (taking more while holding some could wait on a call that waits on us)
+		const int64_t numel = c.nb * c.m * c.n;
+		const int threads = std::min(got, permute_threads_wanted(budget, numel, outer_size(c.unpack)));
 		if (accumulate) {
-			permute_into(c.unpack.data(), c.unpack.size(), src, zp, [](T &d, const T &v) { d = wadd(d, v); });
+			permute_on(budget, threads, c.unpack.data(), c.unpack.size(), src, zp,
+			           [](T &d, const T &v) { d = wadd(d, v); });
 		} else {
-			permute_into(c.unpack.data(), c.unpack.size(), src, zp);
+			permute_on(budget, threads, c.unpack.data(), c.unpack.size(), src, zp);
 		}
 	}
 }

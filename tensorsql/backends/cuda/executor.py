@@ -31,6 +31,7 @@ from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile.plan import Plan
 from tensorsql.errors import DeviceError, ExtensionError
 from tensorsql.ir import expr as E
+from tensorsql.ir.blocking import default_block_shape
 
 _DEVICE = re.compile(r"^(cpu|cuda|cuda-emulated)(?::(\d+))?$")
 
@@ -144,6 +145,20 @@ class CudaExecutor(DuckDBExecutor):
             raise DeviceError(f"device={where!r}: {info.split('cublas error:', 1)[1].strip()}")
         check_architecture(info, ordinal, where)
         return info
+
+    @property
+    def workers(self) -> int:
+        """One: a kernel call fills the device by itself (its GEMM or grid is the parallelism), so the planner
+        splits work into blocks only where memory makes it (``max_block_bytes``); every split is one more
+        launch, one more copy of a shared operand block, and a block sum on the CPU."""
+        return 1
+
+    def storage_blocks(
+        self, shape: tuple[int, ...], block_shape: tuple[int, ...], itemsize: int
+    ) -> tuple[int, ...]:
+        """``from_numpy``'s default blocking on the GPU: the fewest blocks under ``max_block_bytes`` (the
+        CPU's 4 MiB default would make a 4096^2 matmul 64 launches and 16 block sums on the host)."""
+        return default_block_shape(shape, max(1, self.max_block_bytes // max(1, itemsize)))
 
     # Result sinks, prepared small calls and one-statement graphs use kernel forms the GPU set lacks (results
     # written into the caller's array by the kernels); their callers fall back to the general path.

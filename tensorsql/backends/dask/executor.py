@@ -328,7 +328,9 @@ class DaskExecutor:
         self._rels[name] = self._scatter(table, schema)
         return name
 
-    def spread(self, shape: tuple[int, ...], block_shape: tuple[int, ...]) -> tuple[int, ...]:
+    def storage_blocks(
+        self, shape: tuple[int, ...], block_shape: tuple[int, ...], itemsize: int
+    ) -> tuple[int, ...]:
         """``from_numpy``'s default blocking on a cluster: the largest dimension's blocks halved until there
         is a block for every worker (a one-block relation would sit on one worker, and so would every plan
         that keeps its blocking)."""
