@@ -88,7 +88,7 @@ class Session:
 
     @property
     def threads(self) -> int:
-        return self.executor.workers
+        return int(getattr(self.executor, "threads", self.executor.workers))
 
     @property
     def client(self) -> object:

@@ -138,25 +138,26 @@ def test_no_fused_form_the_gpu_kernel_set_lacks(gpu, cpu):
 
 
 def test_the_device_is_planned_as_one_kernel_call_at_a_time(gpu):
-    """A GPU session plans with p = 1 and stores arrays in the fewest blocks under ``max_block_bytes`` (the
+    """A GPU session plans with p = 1 and stores arrays in blocks of up to ``max_block_bytes`` (the
     CPU's 4 MiB blocks made a stored 4096^2 matmul 64 launches, each operand block copied four times, and 16
     block sums on the host): a stored matmul is one launch."""
-    assert gpu.p == 1
+    assert gpu.p == 1 and gpu.threads == 2  # DuckDB's threads stay the kernels' thread budget
     rng = np.random.default_rng(4)
     a, b = rng.standard_normal((1200, 900)), rng.standard_normal((900, 1100))  # 8.6 and 7.9 MB
-    A, B = gpu.from_numpy(a), gpu.from_numpy(b)
-    assert A.block_shape == a.shape and B.block_shape == b.shape
-    assert gpu.from_numpy(a, block_shape=(600, 900)).block_shape == (600, 900)  # given blocks are kept
-    emulated = gpu.executor.device == "cuda-emulated"
-    before = _counters(gpu) if emulated else {}
-    atol = np.finfo(np.float64).eps * 900 * 16 * np.abs(a).max() * np.abs(b).max()  # K terms can cancel
-    np.testing.assert_allclose((A @ B).numpy(), a @ b, rtol=0, atol=atol)
-    if emulated:
-        assert _counters(gpu)["launches"] - before["launches"] == 1
+    with ts.connect(device=gpu.executor.device, max_block_bytes=64 << 20, threads=2) as s:
+        A, B = s.from_numpy(a), s.from_numpy(b)
+        assert A.block_shape == a.shape and B.block_shape == b.shape
+        assert s.from_numpy(a, block_shape=(600, 900)).block_shape == (600, 900)  # given blocks are kept
+        emulated = s.executor.device == "cuda-emulated"
+        before = _counters(s) if emulated else {}
+        atol = np.finfo(np.float64).eps * 900 * 16 * np.abs(a).max() * np.abs(b).max()  # K terms can cancel
+        np.testing.assert_allclose((A @ B).numpy(), a @ b, rtol=0, atol=atol)
+        if emulated:
+            assert _counters(s)["launches"] - before["launches"] == 1
     with ts.connect(device=gpu.executor.device, max_block_bytes=64 << 10) as small:
         blocked = small.from_numpy(a.astype(np.float32))
         bs = blocked.block_shape
-        assert np.prod(bs) * 4 <= 64 << 10 and np.prod(bs) * 8 > 64 << 10  # the fewest blocks under the cap
+        assert np.prod(bs) * 4 <= 64 << 10 and np.prod(bs) * 8 > 64 << 10  # halved until a block fits the cap
         np.testing.assert_array_equal(blocked.numpy(), a.astype(np.float32))
 
 

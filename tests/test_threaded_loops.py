@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import tolerance
+from kernel_paths import duckdb_connect
 
 import tensorsql as ts
 
@@ -168,38 +170,39 @@ def test_batched_dots_in_split_blocks(sessions, eq, dtype):
 
 
 @pytest.mark.parametrize(
-    ("eq", "shapes", "block_shapes"),
+    ("eq", "shapes"),
     [
-        # the left operand packed (a and b, its M labels, are not adjacent) and the product unpacked (c first)
-        ("akb,kc->cba", [(64, 40, 256), (40, 64)], None),
-        ("akb,kc->bca", [(3, 40, 4096), (40, 100)], None),  # the product's outermost loop has 3 pieces
-        ("zakb,kc->zcba", [(1, 64, 40, 256), (40, 64)], None),  # a loop of size 1 outermost
-        ("kab,cbk->acb", [(30, 96, 200), (60, 200, 30)], None),  # both operands packed
-        # k split in two blocks: the second block's product is added into the first (the accumulating unpack)
-        ("akb,kc->cba", [(64, 40, 256), (40, 64)], [(64, 20, 256), (20, 64)]),
+        # batch b, x packed to [b, a, k] (576,000 elements: 2 threads), the [b, a, c] product unpacked to acb
+        ("kab,cbk->acb", [(30, 96, 200), (60, 200, 30)]),
+        ("zkab,cbk->zacb", [(1, 30, 96, 200), (60, 200, 30)]),  # a loop of size 1 outermost
+        ("kab,cbk->acb", [(30, 3, 2000), (100, 2000, 30)]),  # the unpack's outermost loop has 3 pieces
+        ("akb,kc->cba", [(64, 40, 256), (40, 64)]),  # x packed (a and b apart); the product is tiled
     ],
 )
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex64"])
-def test_packing_and_unpacking_split_over_threads(sessions, eq, shapes, block_shapes, dtype):
+def test_packing_and_unpacking_split_over_threads(eq, shapes, dtype):
     """A contraction's operand packing and its product's permute into the output order (``permute_on`` in
-    gemm.cpp) go over the threads when they are big (over 262,144 elements a thread): numpy's values on 1 and
-    4 threads."""
+    gemm.cpp) go over the call's threads when big (over 262,144 elements a thread). They only move values, and
+    each batch's GEMM runs on one thread: the same bits on 1 and 4 threads, and numpy's values within the
+    einsum bound. Called from SQL: a session hands the kernel its GEMM's own output order (result sinks)."""
     rng = np.random.default_rng(sum(map(sum, shapes)))
     arrays = [rng.standard_normal(s) for s in shapes]
-    if dtype.startswith("complex"):
+    if dtype == "complex64":
         arrays = [a + 1j * rng.standard_normal(a.shape) for a in arrays]
     arrays = [a.astype(dtype) for a in arrays]
-    wide = np.complex128 if dtype.startswith("complex") else np.float64
-    want = np.einsum(eq, *[a.astype(wide) for a in arrays])
-    k = shapes[0][eq.split(",")[0].index("k")]
-    atol = np.finfo(dtype).eps * k * 8 * max(float(np.abs(a).max()) for a in arrays) ** 2
-    for s in sessions:
-        if block_shapes is None:
-            got = s.einsum(eq, *arrays, strategy="none").numpy()
-        else:
-            rels = [s.from_numpy(a, block_shape=b) for a, b in zip(arrays, block_shapes, strict=True)]
-            rel = s.einsum(eq, *rels, strategy="operands")
-            assert "tensor_einsum_agg" in rel.sql()
-            got = rel.numpy()
-        assert got.dtype == np.dtype(dtype)
-        np.testing.assert_allclose(got, want, rtol=0, atol=atol)
+    out_shape = np.einsum(eq, *[np.zeros(a.shape, np.float32) for a in arrays]).shape
+    got = []
+    for threads in (1, 4):
+        con = duckdb_connect(None, threads=threads)
+        try:
+            row = con.execute(
+                "SELECT tensor_einsum(?, 'multiply', 'sum', ?, ?::BLOB, ?::BIGINT[], ?::BLOB, ?::BIGINT[])",
+                [eq, dtype, *[v for a in arrays for v in (a.tobytes(), list(a.shape))]],
+            ).fetchone()
+        finally:
+            con.close()
+        got.append(np.frombuffer(row[0], dtype=dtype).reshape(out_shape))
+    np.testing.assert_array_equal(got[0], got[1])
+    wide = [a.astype(np.complex128 if dtype == "complex64" else np.float64) for a in arrays]
+    bound = (tolerance.summed_terms(eq, *wide) + 4) * tolerance.eps(dtype) * tolerance.magnitude(eq, *wide)
+    assert np.all(np.abs(got[1] - np.einsum(eq, *wide)) <= bound)

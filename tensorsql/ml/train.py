@@ -290,7 +290,7 @@ class _Cached(_Rows):
         self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, n: int, chunk: int
     ) -> None:
         self.local, self.chunk = local, chunk
-        self.threads = int(getattr(local, "workers", 1) or 1)
+        self.threads = int(getattr(local, "threads", getattr(local, "workers", 1)) or 1)
         self.pool: ThreadPoolExecutor | None = None  # made at the first big gather (inside fit's try)
         src = exp.Subquery(this=probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         columns = [*feats, label]

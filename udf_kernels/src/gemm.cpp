@@ -379,9 +379,9 @@ inline int permute_threads_wanted(ThreadBudget *budget, int64_t numel, int64_t c
 }
 
 inline int64_t outer_size(const std::vector<Loop> &L) {
-	for (const Loop &l : L) {
-		if (l.size != 1) {
-			return l.size;
+	for (size_t k = 0; k < L.size(); k++) {
+		if (L[k].size != 1) {
+			return k + 1 < L.size() ? L[k].size : 1; // permute_on splits only a loop with loops inside it
 		}
 	}
 	return 1;

@@ -244,6 +244,12 @@ class DuckDBExecutor:
     def workers(self) -> int:
         return self._workers
 
+    @property
+    def threads(self) -> int:
+        """DuckDB's threads, the kernels' thread budget (``workers`` is the planner's p; a GPU executor plans
+        for one kernel call at a time on as many threads)."""
+        return self._workers
+
     def query(self, statement: exp.Expression | str, what: str = "query") -> list[tuple]:
         """Run a statement and fetch all its rows (DuckDB 2 blocks a connection with an open result)."""
         return self.describe(statement, what)[0]
