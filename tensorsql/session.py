@@ -287,6 +287,22 @@ class Session:
             weakref.finalize(node, release, name)
         return TensorRelation(self, node)
 
+    def _new_blocks(
+        self,
+        shape: tuple[int, ...],
+        block_shape: Sequence[int] | None,
+        blocks: Sequence[int] | None,
+        dtype: str,
+        what: str,
+    ) -> tuple[int, ...]:
+        """A new stored relation's block shape: the one given, else the executor's own default (a cluster
+        wants a block for every worker, a GPU few large ones), else the CPU's."""
+        bs = resolve_block_shape(shape, block_shape, blocks, what)
+        storage_blocks = getattr(self.executor, "storage_blocks", None)
+        if block_shape is None and blocks is None and storage_blocks is not None:
+            bs = storage_blocks(shape, bs, np.dtype(dtype).itemsize)
+        return bs
+
     def from_numpy(
         self,
         array: object,
@@ -305,11 +321,7 @@ class Session:
         _flag(copy, "from_numpy", "copy")
         arr = as_array(array, "from_numpy")
         name = dtype_name(arr.dtype if dtype is None else dtype)
-        bs = resolve_block_shape(arr.shape, block_shape, blocks, "from_numpy")
-        # the executor's own default blocking: a cluster wants a block for every worker, a GPU few large ones
-        storage_blocks = getattr(self.executor, "storage_blocks", None)
-        if block_shape is None and blocks is None and storage_blocks is not None:
-            bs = storage_blocks(arr.shape, bs, np.dtype(name).itemsize)
+        bs = self._new_blocks(arr.shape, block_shape, blocks, name, "from_numpy")
         table = arrow.split(arr, bs, name, copy=copy)
         view = self.executor.upload(table, (arr.shape, bs, name), verified=True)  # valid as split
         return self._stored(view, arr.shape, bs, name, release=self.executor.release)
@@ -457,7 +469,7 @@ class Session:
             raise ConfigError("from_sql: shape= is needed (it may be left out only for index=True)")
         shape = _shape(shape, "from_sql")
         name = dtype_name(dtype)
-        bs = resolve_block_shape(shape, block_shape, blocks, "from_sql")
+        bs = self._new_blocks(shape, block_shape, blocks, name, "from_sql")
         table = self.executor.ingest_rows(query, shape, bs, name)  # type: ignore[attr-defined]
         return self._stored(table, shape, bs, name, release=self.executor.drop)
 

@@ -148,6 +148,11 @@ def test_the_device_is_planned_as_one_kernel_call_at_a_time(gpu):
         A, B = s.from_numpy(a), s.from_numpy(b)
         assert A.block_shape == a.shape and B.block_shape == b.shape
         assert s.from_numpy(a, block_shape=(600, 900)).block_shape == (600, 900)  # given blocks are kept
+        cells = "SELECT i, j, CAST(i - j AS DOUBLE) AS v FROM range(1200) r(i), range(900) c(j)"
+        from_rows = s.from_sql(cells, shape=(1200, 900))
+        assert from_rows.block_shape == (1200, 900)  # from_sql stores the same blocks
+        want = np.subtract.outer(np.arange(1200.0), np.arange(900.0))
+        np.testing.assert_array_equal(from_rows.numpy(), want)
         emulated = s.executor.device == "cuda-emulated"
         before = _counters(s) if emulated else {}
         atol = np.finfo(np.float64).eps * 900 * 16 * np.abs(a).max() * np.abs(b).max()  # K terms can cancel

@@ -156,9 +156,9 @@ class CudaExecutor(DuckDBExecutor):
     def storage_blocks(
         self, shape: tuple[int, ...], block_shape: tuple[int, ...], itemsize: int
     ) -> tuple[int, ...]:
-        """``from_numpy``'s default blocking on the GPU: blocks of up to ``max_block_bytes`` (the largest
-        dimension halved until a block fits), where the CPU's 4 MiB default made a stored 4096^2 matmul 64
-        launches and 16 block sums on the host. ``from_sql`` and ``reblock`` keep the CPU's default."""
+        """``from_numpy``'s and ``from_sql``'s default blocking on the GPU: blocks of up to
+        ``max_block_bytes`` (the largest dimension halved until a block fits), where the CPU's 4 MiB default
+        made a stored 4096^2 matmul 64 launches and 16 block sums on the host."""
         return default_block_shape(shape, max(1, self.max_block_bytes // max(1, itemsize)))
 
     # Result sinks, prepared small calls and one-statement graphs use kernel forms the GPU set lacks (results

@@ -331,9 +331,9 @@ class DaskExecutor:
     def storage_blocks(
         self, shape: tuple[int, ...], block_shape: tuple[int, ...], itemsize: int
     ) -> tuple[int, ...]:
-        """``from_numpy``'s default blocking on a cluster: the largest dimension's blocks halved until there
-        is a block for every worker (a one-block relation would sit on one worker, and so would every plan
-        that keeps its blocking)."""
+        """``from_numpy``'s and ``from_sql``'s default blocking on a cluster: the largest dimension's blocks
+        halved until there is a block for every worker (a one-block relation would sit on one worker, and so
+        would every plan that keeps its blocking)."""
         want = len(self._workers())
         bs = list(block_shape)
         while shape and math.prod(-(-n // b) for n, b in zip(shape, bs, strict=True) if n) < want:
