@@ -31,6 +31,20 @@ def plan_sql(spec, *sources, lowering=sqlgen.FUSED, **kw):
 GPU = sqlgen.Lowering(einsum_agg=False, einsum_path=False, device=0)
 
 
+# cases lowered for both executors (the GPU snapshots show the same plans as device calls)
+def matmul_sql(**kw):
+    return plan_sql("ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5)), **kw)
+
+
+def chain3_sql(**kw):
+    a, b = src("A", (4, 40), (4, 40)), src("B", (40, 3), (40, 3))
+    return plan_sql("ij,jk,kl->il", a, b, src("C", (3, 50), (3, 50)), optimize="optimal", **kw)
+
+
+def transpose_scalar_cast_sql(**kw):
+    return plan_sql("ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32"), **kw)
+
+
 def slice_sql(source, start, count, step, keep):
     shape = tuple(n for n, k in zip(count, keep, strict=True) if k)
     node = E.Slice(shape, source.dtype, source, start, count, step, keep)
@@ -66,7 +80,7 @@ CASES = {
     "slice_reversed": lambda: slice_sql(src("M", (8, 8), (4, 4)), (7, 2), (8, 4), (-1, 1), (True, True)),
     # M[4:, :]: one stored block per output block: read only those (the filter), no assembling
     "slice_aligned": lambda: slice_sql(src("M", (8, 8), (4, 4)), (4, 0), (4, 8), (1, 1), (True, True)),
-    "matmul": lambda: plan_sql("ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5))),
+    "matmul": matmul_sql,
     "matmul_ragged_repartition": lambda: plan_sql(
         "ij,jk->ik", src("A", (5, 4), (2, 4)), src("B", (4, 6), (3, 3))
     ),
@@ -74,13 +88,7 @@ CASES = {
     "l2_distance": lambda: plan_sql(
         "ij,jk->ik", src("X", (4, 6), (2, 3)), src("Y", (6, 4), (3, 2)), join="sqdiff"
     ),
-    "chain3": lambda: plan_sql(
-        "ij,jk,kl->il",
-        src("A", (4, 40), (4, 40)),
-        src("B", (40, 3), (40, 3)),
-        src("C", (3, 50), (3, 50)),
-        optimize="optimal",
-    ),
+    "chain3": chain3_sql,
     "chain3_split_c": lambda: plan_sql(
         "ij,jk,kl->il",
         src("A", (4, 40), (4, 40)),
@@ -89,25 +97,12 @@ CASES = {
         optimize="optimal",
     ),
     # the GPU executor: block products on the device, summed by tensor_sum (no tensor_einsum_agg)
-    "gpu_matmul": lambda: plan_sql(
-        "ij,jk->ik", src("A", (8, 6), (4, 3)), src("B", (6, 10), (3, 5)), lowering=GPU
-    ),
+    "gpu_matmul": lambda: matmul_sql(lowering=GPU),
     # a fused one-block tree as nested device calls (no tensor_einsum_path)
-    "gpu_chain3": lambda: plan_sql(
-        "ij,jk,kl->il",
-        src("A", (4, 40), (4, 40)),
-        src("B", (40, 3), (40, 3)),
-        src("C", (3, 50), (3, 50)),
-        optimize="optimal",
-        lowering=GPU,
-    ),
+    "gpu_chain3": lambda: chain3_sql(lowering=GPU),
     # int32 stays on the CPU kernels; the cast to float32 too
-    "gpu_transpose_scalar_cast": lambda: plan_sql(
-        "ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32"), lowering=GPU
-    ),
-    "transpose_scalar_cast": lambda: plan_sql(
-        "ij,->ji", src("A", (3, 2), (3, 2), "int32"), src("s", (), (), "float32")
-    ),
+    "gpu_transpose_scalar_cast": lambda: transpose_scalar_cast_sql(lowering=GPU),
+    "transpose_scalar_cast": transpose_scalar_cast_sql,
 }
 
 
