@@ -2,7 +2,8 @@
 tensorsql on the cluster with each strategy (time; the bytes fed to its kernel calls as the planner's cost
 model counts them and as the workers measured them, and of those the bytes that came from other workers;
 the planner's modelled cost), ``dask.array`` on the same workers (dask's own chunks and hand-chosen ones), and
-single-process tensorsql on the same machine.
+single-process tensorsql on the same machine, and numpy's own GEMMs in one process (the time the chain's
+FLOPs take on this machine's cores: no plan on the same cores can be much faster).
 
 Run: ``python -m benchmarks.cluster [--workers 2,4] [--s-square 1024] [--s-skewed 2000] [--repeat 3]``.
 Timing: one warm-up run, then the best of ``--repeat``; inputs are uploaded once (relations), as dask.array
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> None:
         for kind, size in (("square", args.s_square), ("skewed", args.s_skewed))
     }
     single: dict[str, float] = {}
+    floor: dict[str, float] = {}
+    for kind, a in cases.items():  # numpy's own GEMMs in this process: what the chain's FLOPs take here
+        floor[kind], _ = _best(lambda a=a: a["A"] @ a["B"] + a["C"] @ (a["D"] @ a["E"]), args.repeat)
     with ts.connect(threads=2) as s:
         for kind, arrays in cases.items():
             rels = {k: s.from_numpy(v) for k, v in arrays.items()}
@@ -89,11 +93,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {'dask.array, auto chunks':28s} {auto:9.3f}")
                 print(f"  {'dask.array, ' + str(side) + '^2 chunks':28s} {hand:9.3f}")
                 print(f"  {'tensorsql, one process':28s} {single[kind]:9.3f}")
+                print(f"  {'numpy, one process':28s} {floor[kind]:9.3f}")
                 e = times["eindecomp"]
                 print(
                     f"  eindecomp: {times['sqrt'] / e:.2f}x faster than sqrt, "
                     f"{min(auto, hand) / e:.2f}x than dask.array's best, "
-                    f"{e / single[kind]:.2f}x the single-process time"
+                    f"{e / single[kind]:.2f}x the single-process time; "
+                    f"dask.array's best is {min(auto, hand) / floor[kind]:.2f}x numpy's one-process time"
                 )
 
 

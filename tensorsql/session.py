@@ -281,8 +281,11 @@ class Session:
         dtype: str,
         *,
         release: Callable[[str], None] | None,
+        complete: bool = False,
     ) -> TensorRelation:
-        node = E.Source(shape=shape, dtype=dtype, table=name, block_shape=block_shape)
+        """``complete``: every block is there (an array's split, a result computed from such inputs alone),
+        so no step needs to fill absent blocks with zeros first (``T.Densify``)."""
+        node = E.Source(shape=shape, dtype=dtype, table=name, block_shape=block_shape, complete=complete)
         if release is not None:
             weakref.finalize(node, release, name)
         return TensorRelation(self, node)
@@ -324,7 +327,7 @@ class Session:
         bs = self._new_blocks(arr.shape, block_shape, blocks, name, "from_numpy")
         table = arrow.split(arr, bs, name, copy=copy)
         view = self.executor.upload(table, (arr.shape, bs, name), verified=True)  # valid as split
-        return self._stored(view, arr.shape, bs, name, release=self.executor.release)
+        return self._stored(view, arr.shape, bs, name, release=self.executor.release, complete=True)
 
     def from_arrow(self, table: pa.Table) -> TensorRelation:
         """A blocked Arrow table carrying tensorsql schema metadata (what ``to_arrow`` returns)."""
@@ -439,7 +442,10 @@ class Session:
             return rel
         plan = rel.plan()
         name = self.executor.store(plan, rel.bindings, None, temporary=True)
-        return self._stored(name, rel.shape, plan.block_shape(), rel.node.dtype, release=self.executor.drop)
+        complete = not T.may_lack_blocks(plan.tra)
+        return self._stored(
+            name, rel.shape, plan.block_shape(), rel.node.dtype, release=self.executor.drop, complete=complete
+        )
 
     def from_sql(
         self,

@@ -68,6 +68,27 @@ def test_reblock_in_sql(s):
     np.testing.assert_array_equal(rel.numpy(), a)
 
 
+@pytest.mark.parametrize(
+    ("shape", "stored", "merged", "dtype"),
+    [
+        ((9, 10), (2, 5), (4, 10), "float64"),  # ragged rows, both dimensions merged
+        ((9, 10), (3, 5), (9, 5), "float32"),  # one merged, one kept
+        ((7, 6, 5), (1, 3, 2), (7, 6, 4), "complex128"),  # 3-d, the last dimension ragged both ways
+        ((8,), (3,), (6,), "int64"),
+    ],
+)
+def test_reblock_into_whole_source_blocks(s, shape, stored, merged, dtype):
+    """A reblock whose blocks are each whole source blocks assembles them as they are (no slice), also where
+    the last source block along a dimension is short."""
+    a = (rand(shape) * 10).astype(dtype)
+    rel = s.from_numpy(a, block_shape=stored).reblock(merged)
+    assert "tensor_assemble" in rel.sql() and "tensor_slice" not in rel.sql()
+    np.testing.assert_array_equal(rel.numpy(), a)
+    assert rel.to_arrow().num_rows == math.prod(-(-n // b) for n, b in zip(shape, merged, strict=True))
+    b = rand((*shape[-1:], 3)).astype(dtype)
+    assert_einsum_close(s.einsum("...j,jk->...k", rel, b).numpy(), "...j,jk->...k", a, b)
+
+
 def test_save_and_reopen_in_new_process(tmp_path):
     db = tmp_path / "t.duckdb"
     a = rand((6, 5), "float32")

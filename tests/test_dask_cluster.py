@@ -67,6 +67,75 @@ def test_a_stage_runs_on_every_worker(cs):
     assert "runs blocks i=0..1" in text and "runs blocks i=2..3" in text
 
 
+def test_the_last_join_computes_the_products_under_it_in_its_own_tasks(cs):
+    """(A x B) + (C x (D x E)) on stored square operands: D x E is a stage, and the last step's tasks each
+    compute their rows of A x B and C x DE and add them (no stage per product, none for the add)."""
+    rng = np.random.default_rng(15)
+    a, b, c, d, e = (rng.standard_normal((64, 64)) for _ in range(5))
+    A, B, C, D, E = (cs.from_numpy(x) for x in (a, b, c, d, e))
+    ab = cs.einsum("ij,jk->ik", A, B)
+    got = cs.einsum("ik,ik->ik", ab, cs.einsum("ij,jk->ik", C, cs.einsum("ij,jk->ik", D, E)), join="add")
+    want = a @ b + c @ (d @ e)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+    stages = cs.executor.last_run
+    assert [st.what for st in stages] == ["Aggregate sum -> ('i', 'k')", "result"]
+    assert all(sum(st.parts.values()) == 2 and len(st.parts) == 2 for st in stages)
+
+
+@pytest.mark.parametrize(
+    ("sums", "added", "y_blocks", "stages"),
+    [
+        # column sums, cut over the workers along the rows they sum (partials, then combined): a stage
+        # each; in the last step every task would compute all of them
+        ("ik->k", "ik,k->ik", None, ["Aggregate sum -> ('k',)"] * 2 + ["result"]),
+        # the same sums over one row block (no partials): the last step's row cut would not reach them
+        ("ik->k", "ik,k->ik", (64, 24), ["Aggregate sum -> ('k',)", "result"]),
+        # row sums: each task of the last step computes the rows it adds
+        ("ik->i", "ik,i->ik", None, ["result"]),
+    ],
+)
+def test_the_last_step_computes_an_aggregation_only_where_it_splits_it_as_well(
+    cs, sums, added, y_blocks, stages
+):
+    rng = np.random.default_rng(16)
+    x, y = rng.standard_normal((64, 48)), rng.standard_normal((64, 48))
+    X = cs.from_numpy(x, block_shape=(32, 48) if y_blocks else None)
+    rel = cs.einsum(added, X, cs.einsum(sums, cs.from_numpy(y, block_shape=y_blocks)), join="add")
+    want = x + np.expand_dims(np.einsum(sums, y), 1 if sums == "ik->i" else 0)
+    np.testing.assert_allclose(rel.numpy(), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+    assert [st.what for st in cs.executor.last_run] == stages
+    assert all(len(st.parts) == 2 for st in cs.executor.last_run if st.what == "result")
+
+
+@pytest.mark.parametrize("case", ["shared", "transposed"])
+def test_an_aggregation_read_twice_is_computed_once(cs, case):
+    """P = X @ Y read by the last step and by Q = P @ Z below it, or read as P and as its transpose: P is
+    a stage of its own (computed once), not computed again by the last step's tasks."""
+    rng = np.random.default_rng(18)
+    x, y, z = (rng.standard_normal((64, 64)) for _ in range(3))
+    split = {"i": 2, "k": 2}  # small arrays are planned as one block: split, so there are tasks to share
+    P = cs.einsum("ij,jk->ik", cs.from_numpy(x), cs.from_numpy(y), blocks=split)
+    if case == "shared":
+        Q = cs.einsum("ij,jk->ik", P, cs.from_numpy(z), blocks=split)
+        rel = cs.einsum("ik,ik->ik", P, Q, join="add", blocks=split)
+        want = x @ y + x @ y @ z
+    else:  # each task of the last step reads a row strip of P and a column strip: they overlap
+        rel = cs.einsum("ik,ki->ik", P, P, join="add", blocks=split)
+        want = x @ y + (x @ y).T
+    np.testing.assert_allclose(rel.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
+    whats = [st.what for st in cs.executor.last_run]
+    assert whats[-1] == "result" and whats.count("Aggregate sum -> ('i', 'k')") == 1
+    assert sum(cs.executor.last_run[-1].parts.values()) == 2
+
+
+def test_a_map_over_a_product_is_one_stage(cs):
+    rng = np.random.default_rng(17)
+    x, y = rng.standard_normal((64, 8)), rng.standard_normal((8, 48))
+    rel = cs.map(cs.einsum("ij,jk->ik", cs.from_numpy(x), cs.from_numpy(y)), "exp")
+    np.testing.assert_allclose(rel.numpy(), np.exp(x @ y), rtol=1e-12)
+    assert [st.what for st in cs.executor.last_run] == ["result"]
+
+
 def test_a_full_contraction_is_cut_along_its_sum(cs):
     """A one-block result cannot be shared: its sum is cut, partial blocks made on both workers, then
     combined."""

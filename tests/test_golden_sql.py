@@ -47,7 +47,14 @@ def transpose_scalar_cast_sql(**kw):
 
 def slice_sql(source, start, count, step, keep):
     shape = tuple(n for n, k in zip(count, keep, strict=True) if k)
-    node = E.Slice(shape, source.dtype, source, start, count, step, keep)
+    return node_sql(E.Slice(shape, source.dtype, source, start, count, step, keep))
+
+
+def reblock_sql(source, block_shape):
+    return node_sql(E.Reblock(shape=source.shape, dtype=source.dtype, input=source, block_shape=block_shape))
+
+
+def node_sql(node):
     rel = rewrite.physical(lower.lower(node, lower.default_partitioning(node)), costs.PROFILE)
     return sqlgen.sql_text(sqlgen.to_ast(rel), pretty=True) + "\n"
 
@@ -84,6 +91,8 @@ CASES = {
     "matmul_ragged_repartition": lambda: plan_sql(
         "ij,jk->ik", src("A", (5, 4), (2, 4)), src("B", (4, 6), (3, 3))
     ),
+    # blocks of 2 x 5 merged into 4 x 10 (ragged: 9 rows): each assembled whole where it lies, no slice
+    "reblock_merge": lambda: reblock_sql(src("A", (9, 10), (2, 5)), (4, 10)),
     "trace": lambda: plan_sql("ii->", src("M", (6, 6), (3, 3))),
     "l2_distance": lambda: plan_sql(
         "ij,jk->ik", src("X", (4, 6), (2, 3)), src("Y", (6, 4), (3, 2)), join="sqdiff"

@@ -76,6 +76,22 @@ def test_maps_of_arrays_are_never_filled(s):
     np.testing.assert_allclose(rel.numpy(), np.exp(x), rtol=1e-14)
 
 
+def test_relations_made_from_arrays_are_never_filled(s, sparse):
+    """``from_numpy`` stores every block, and so does ``materialize()`` of a result computed from such
+    relations alone: their steps fill nothing. A materialized result over a sparse table may lack blocks."""
+    x = np.arange(1.0, 25.0).reshape(4, 6)
+    X = s.from_numpy(x, block_shape=(2, 3))
+    kept = (X + X).materialize()
+    for rel, want in ((ts.exp(X), np.exp(x)), (X + 1, x + 1), (ts.exp(kept), np.exp(2 * x))):
+        assert not any(isinstance(r, T.Densify) for r in _plan_nodes(rel))
+        np.testing.assert_allclose(rel.numpy(), want, rtol=1e-14)
+    A, dense = sparse
+    lacking = (A * 2.0).materialize()  # a map that keeps zero: the absent blocks stay absent
+    assert lacking.to_arrow().num_rows < A.to_arrow().num_rows + 3
+    assert any(isinstance(r, T.Densify) for r in _plan_nodes(ts.exp(lacking)))
+    np.testing.assert_allclose(ts.exp(lacking).numpy(), np.exp(2.0 * dense), rtol=1e-14)
+
+
 def test_filled_blocks_feed_joins_sinks_and_compiled_graphs(s, sparse):
     A, dense = sparse
     w = np.random.default_rng(41).standard_normal((8, 5))

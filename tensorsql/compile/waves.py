@@ -50,9 +50,7 @@ def box_bytes(schema: T.Schema, ranges: Ranges) -> int:
 
 def _relevant(schema: T.Schema, ranges: Ranges) -> dict[str, tuple[int, int]]:
     """The ranges that keep fewer than all of ``schema``'s blocks along a key it has."""
-    return {
-        k: r for k, r in ranges.items() if k in schema.keys and r != (0, schema.nblocks(k) - 1)
-    }
+    return {k: r for k, r in ranges.items() if k in schema.keys and r != (0, schema.nblocks(k) - 1)}
 
 
 def _repartitioned(rel: T.Repartition, ranges: Ranges) -> dict[str, tuple[int, int]]:
@@ -87,6 +85,8 @@ class _Walk:
     def __init__(self) -> None:
         self.memo: dict[tuple[int, frozenset], T.Rel] = {}
         self.bytes = 0
+        #: the ranges each aggregation was reached with, by node id (``ranges_at``)
+        self.at: dict[int, list[dict[str, tuple[int, int]]]] = {}
 
     def count(self, rel: T.Rel, ranges: Ranges) -> None:
         self.bytes += _rows(rel.schema, ranges) * _block_bytes(rel.schema)
@@ -151,6 +151,7 @@ class _Walk:
             right = self.push(rel.right, ranges)
             return T.with_inputs(rel, (left, right))
         if isinstance(rel, T.Aggregate):
+            self.at.setdefault(id(rel), []).append(dict(ranges))
             self.count(rel, {k: r for k, r in ranges.items() if k in s.keys})
             fuse = isinstance(rel.child, T.Join) and rel.child.agg == rel.agg
             return T.with_inputs(rel, (self.push(rel.child, ranges, fused=fuse),))
@@ -165,6 +166,15 @@ def restrict(rel: T.Rel, ranges: Ranges) -> T.Rel:
     repartition's partly assembled target blocks). Ranges are in ``rel``'s key labels; for an ``Aggregate``
     they may also cut the labels it sums away (its result is then partial)."""
     return _Walk().push(rel, ranges)
+
+
+def ranges_at(rel: T.Rel, ranges: Ranges) -> dict[int, list[dict[str, tuple[int, int]]]]:
+    """The key ranges each aggregation in ``rel`` is computed over (by node id; one entry per way it is
+    reached) when ``rel`` is restricted to ``ranges``: a range the push loses on the way (a label the
+    aggregation does not keep) means every piece of ``rel`` computes all of it."""
+    walk = _Walk()
+    walk.push(rel, ranges)
+    return walk.at
 
 
 def footprint(rel: T.Rel, ranges: Ranges | None = None) -> int:
@@ -228,7 +238,9 @@ class Stager:
     one more aggregation (a stage of its own) combines. Subclasses say how to cut and how to store."""
 
     def __init__(self) -> None:
-        self._memo: dict[int, T.Scan] = {}
+        #: by node (TRA nodes hash by identity): an id would be reused once a combine step's temporary
+        #: aggregation is freed, and a later one would read the earlier one's result
+        self._memo: dict[T.Rel, T.Scan] = {}
 
     def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
         raise NotImplementedError
@@ -245,8 +257,12 @@ class Stager:
             return self.materialize(rel)
         return T.with_inputs(rel, tuple(self.below(c) for c in T.inputs(rel)))
 
+    def is_stored(self, agg: T.Aggregate) -> bool:
+        """Whether ``agg`` has been stored already (a step below another one reads it too)."""
+        return agg in self._memo
+
     def materialize(self, agg: T.Aggregate) -> T.Scan:
-        done = self._memo.get(id(agg))
+        done = self._memo.get(agg)
         if done is not None:
             return done
         rel = T.with_inputs(agg, (self.below(agg.child),))
@@ -257,7 +273,7 @@ class Stager:
         stored = T.Scan(agg.schema, name)
         if any(c > 1 for k, c in cuts.items() if k not in agg.schema.keys):  # partial blocks: combine
             stored = self.materialize(T.Aggregate(agg.schema, stored, agg.agg))
-        self._memo[id(agg)] = stored
+        self._memo[agg] = stored
         return stored
 
     def top(self, rel: T.Rel) -> T.Rel:

@@ -32,75 +32,23 @@ FROM (
       FROM (
         WITH "t0" AS (
           SELECT
-            CAST("c"."__ts_r0" AS INT) AS "k0",
-            CAST("c"."__ts_r1" AS INT) AS "k1",
+            CAST("c"."k0" // 2 AS INT) AS "k0",
+            CAST("c"."k1" // 2 AS INT) AS "k1",
             tensor_assemble(
               'float64',
-              tensor_slice(
-                'float64',
-                "c"."tensor",
-                [2, 2],
-                [
-                  greatest("c"."k0" * 2, "c"."__ts_r0" * 4) - "c"."k0" * 2,
-                  greatest("c"."k1" * 2, "c"."__ts_r1" * 4) - "c"."k1" * 2
-                ],
-                [
-                  least(least((
-                    "c"."k0" + 1
-                  ) * 2, 4), (
-                    "c"."__ts_r0" + 1
-                  ) * 4) - "c"."k0" * 2,
-                  least(least((
-                    "c"."k1" + 1
-                  ) * 2, 4), (
-                    "c"."__ts_r1" + 1
-                  ) * 4) - "c"."k1" * 2
-                ]
-              ),
-              [
-                least(least((
-                  "c"."k0" + 1
-                ) * 2, 4), (
-                  "c"."__ts_r0" + 1
-                ) * 4) - greatest("c"."k0" * 2, "c"."__ts_r0" * 4),
-                least(least((
-                  "c"."k1" + 1
-                ) * 2, 4), (
-                  "c"."__ts_r1" + 1
-                ) * 4) - greatest("c"."k1" * 2, "c"."__ts_r1" * 4)
-              ],
-              [
-                greatest("c"."k0" * 2, "c"."__ts_r0" * 4) - "c"."__ts_r0" * 4,
-                greatest("c"."k1" * 2, "c"."__ts_r1" * 4) - "c"."__ts_r1" * 4
-              ],
+              "c"."tensor",
+              [2, 2],
+              [(
+                  "c"."k0" % 2
+                ) * 2, (
+                  "c"."k1" % 2
+              ) * 2],
               [4, 4]
             ) AS "tensor"
-          FROM (
-            SELECT
-              *,
-              UNNEST(
-                range("c"."k1" * 2 // 4, (
-                  least((
-                    "c"."k1" + 1
-                  ) * 2, 4) - 1
-                ) // 4 + 1)
-              ) AS "__ts_r1"
-            FROM (
-              SELECT
-                *,
-                UNNEST(
-                  range("c"."k0" * 2 // 4, (
-                    least((
-                      "c"."k0" + 1
-                    ) * 2, 4) - 1
-                  ) // 4 + 1)
-                ) AS "__ts_r0"
-              FROM "G" AS "c"
-            ) AS "c"
-          ) AS "c"
+          FROM "G" AS "c"
           GROUP BY
-            CAST("c"."__ts_r0" AS INT),
-            CAST("c"."__ts_r1" AS INT)
+            CAST("c"."k0" // 2 AS INT),
+            CAST("c"."k1" // 2 AS INT)
         ), "t1" AS (
           SELECT
             "x"."k0" AS "k0",

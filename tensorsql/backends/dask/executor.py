@@ -26,6 +26,7 @@ import logging
 import math
 import sys
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,9 +148,7 @@ def _piece(table: pa.Table) -> pa.Table:
     return table
 
 
-def run_part(
-    sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: list[list[str]]
-) -> pa.Table:
+def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: list[list[str]]) -> pa.Table:
     """On a worker: one task of a stage, the SQL of the stage restricted to the task's blocks (made at the
     client, once per plan: ``_Run.sql``), over its inputs: the partitions of each relation it reads
     (``rels``, sent without their parts) that Dask brought here, registered as the views ``_ts_in_0``,
@@ -243,8 +242,11 @@ class DaskExecutor:
         self._budget: int | None = None
         #: the stages of the last run (``last_run``: counted when first read)
         self._last_run: list[StageReport] = []
+        self._token = uuid.uuid4().hex
         #: per plan, the SQL of its stages' tasks (``_Run.sql``): a plan run again sends the same text
-        self._sql: weakref.WeakKeyDictionary[Plan, dict[tuple, str]] = weakref.WeakKeyDictionary()
+        self._sql: weakref.WeakKeyDictionary[Plan, dict[tuple, dict[tuple, str]]] = (
+            weakref.WeakKeyDictionary()
+        )
         try:
             client.register_plugin(worker_side.TensorSQLWorker(spill=spill), name=worker_side.NAME)
         except Exception as exc:
@@ -252,6 +254,11 @@ class DaskExecutor:
             raise ConfigError(f"cannot set up tensorsql on the Dask workers: {exc}") from exc
 
     # -- the cluster ------------------------------------------------------------------------------------
+    def _key(self, what: str) -> str:
+        """A task's key, unique on the cluster (other clients may share it): this executor's random token and
+        a count. Dask would draw a uuid4 per task, ~0.15 ms of ``os.urandom`` each here."""
+        return f"tensorsql-{what}-{self._token}-{next(_ids)}"
+
     def _workers(self) -> dict[str, int]:
         """{address: threads} of the workers now, asked of the scheduler (the Client's cached
         ``scheduler_info`` can lag behind, even show none); a cluster with none for ``WORKER_WAIT`` seconds
@@ -311,7 +318,9 @@ class DaskExecutor:
             addr = addrs[i * len(addrs) // pieces]
             # a task holding its piece, not scattered data: a worker lost mid-query gets its pieces made
             # again elsewhere from the task (scattered data would be gone, and its dependents would wait)
-            fut = self.client.submit(_piece, piece, workers=[addr], allow_other_workers=True, pure=False)
+            fut = self.client.submit(
+                _piece, piece, key=self._key("piece"), workers=[addr], allow_other_workers=True, pure=False
+            )
             rel.parts.append(Part(fut, _box(piece, schema.keys), addr, int(piece.nbytes)))
         return rel
 
@@ -374,7 +383,8 @@ class DaskExecutor:
         lines = [
             f"runs on {len(workers)} Dask workers ({sum(workers.values())} threads): each aggregation is a "
             "stage whose tasks are the plan's kernel calls, each placed on the worker holding most of what "
-            "it reads"
+            "it reads (a last step that is no aggregation computes those right under it in its own tasks, "
+            "where it splits them as finely)"
         ]
         for i, st in enumerate(self.last_run):
             lines.append(f"last run, stage {i}: {st.what}")
@@ -407,7 +417,10 @@ class DaskExecutor:
         rel = self._execute(plan, bindings)
         if longrun.progress_enabled(self.progress):
             self._show_progress(sys.stderr)
-        tables = [rel.named(t) for t in self.client.gather([p.future for p in rel.parts])]
+        # from the workers themselves where this session started them (one hop, no copy through the
+        # scheduler); an attached cluster's workers may not be reachable from here: Dask's own setting
+        direct = True if self._cluster is not None else None
+        tables = [rel.named(t) for t in self.client.gather([p.future for p in rel.parts], direct=direct)]
         self._done()
         return pa.concat_tables(tables) if tables else _empty(rel.schema)
 
@@ -553,17 +566,20 @@ class DaskExecutor:
 class _Run(W.Stager):
     """One plan's stages on the cluster (the distributed counterpart of ``duckdb.staged.StagedRun``)."""
 
-    def __init__(self, ex: DaskExecutor, rels: dict[str, DistRel], sql: dict[tuple, str]) -> None:
+    def __init__(
+        self, ex: DaskExecutor, rels: dict[str, DistRel], sql: dict[tuple, dict[tuple, str]]
+    ) -> None:
         super().__init__()
         self.ex = ex
         self.rels = rels
-        #: the plan's task SQL by (stage number, the stage's cuts, the task's ranges)
-        self.memo = sql
         self.stages = 0
         workers = ex._workers()
         self.addrs = list(workers)
         self.threads = max(1, sum(workers.values()))
         self.budget = ex.wave_budget()
+        #: the plan's task SQL by (stage number, the stage's cuts, the task's ranges), for these threads and
+        #: this budget: what the stages are (which aggregations the last step computes) depends on them
+        self.memo = sql.setdefault((self.threads, self.budget), {})
         self.reports: list[StageReport] = []
         self.stored: set[str] = set()
 
@@ -576,6 +592,10 @@ class _Run(W.Stager):
         return name
 
     def last(self, root: T.Rel) -> DistRel:
+        space = {k: root.schema.nblocks(k) for k in root.schema.keys}
+        fused = self.fused_last(root, space)
+        if fused is not None:
+            return self.stage(fused[0], space, fused[1], root.schema, "result")
         rel = self.below(root)  # every aggregation a stage of kernel calls
         inner, columns = _renames(rel)
         if isinstance(inner, T.Scan) and inner.table in self.stored:  # the last aggregation's stage, renamed
@@ -585,8 +605,59 @@ class _Run(W.Stager):
                 for p in done.parts
             ]
             return DistRel(root.schema, parts, columns)
-        space = {k: root.schema.nblocks(k) for k in root.schema.keys}
         return self.stage(rel, space, self.cuts(rel, space, set(space)), root.schema, "result")
+
+    def fused_last(self, root: T.Rel, space: Mapping[str, int]) -> tuple[T.Rel, dict[str, int]] | None:
+        """The last step (a join or map over aggregations: the chain's final add) with the aggregations
+        right under it computed in its own tasks instead of in stages of their own, and its cuts; None where
+        that would cost parallelism or work. Each stage is a round of tasks, each paying a Dask round trip,
+        its inputs' registration and DuckDB's planning: ~10 ms, which on the paper's square chain is as much
+        as a step's kernel call. An aggregation stays in the last step only if it is not stored anyway (a
+        step below reads it too); if, as a stage, it would cut no label it sums away (no partial blocks to
+        combine) into no more tasks than the last step has; and if the blocks of it the step's tasks compute
+        are disjoint (no block computed by two tasks, or twice by one: a label the step cuts that does not
+        reach it, a repeated label, a coarser blocking behind a repartition, the same aggregation read
+        twice under different names)."""
+        inner, _ = _renames(root)
+        tops = _top_aggregates(inner)
+        if isinstance(inner, T.Aggregate) or not tops:
+            return None
+        inline = {a: T.with_inputs(a, (self.below(a.child),)) for a in tops}
+        inline = {a: node for a, node in inline.items() if not self.is_stored(a)}
+        for _ in range(2):  # a stored aggregation changes the step's cuts: check the others again
+            if not inline:
+                return None
+            rel = _replace_aggregates(root, inline, self.materialize)
+            cuts = self.cuts(rel, space, set(space))
+            tasks = W.count(cuts, space)
+            boxes: dict[int, list[dict[str, tuple[int, int]]]] = {}
+            for ranges in W.waves(cuts, space):
+                for node_id, got in W.ranges_at(rel, ranges).items():
+                    boxes.setdefault(node_id, []).extend(got)
+            failed = [
+                a for a, node in inline.items() if not self._inlinable(node, tasks, boxes.get(id(node), []))
+            ]
+            if not failed:
+                return rel, cuts
+            for a in failed:
+                del inline[a]
+        return None
+
+    def _inlinable(self, agg: T.Aggregate, tasks: int, reached: list[dict[str, tuple[int, int]]]) -> bool:
+        """``agg`` (its inputs stored) computed in the last step, whose tasks reach it with ``reached``
+        (every wave's key ranges, one entry per way a wave reads it): see ``fused_last``."""
+        inner = agg.child.schema
+        space = {k: inner.nblocks(k) for k in inner.keys}
+        own = self.cuts(agg, space, set(agg.schema.keys))
+        if any(c > 1 for k, c in own.items() if k not in agg.schema.keys) or W.count(own, space) > tasks:
+            return False
+        keys = agg.schema.keys
+        boxes = [{k: got.get(k, (0, agg.schema.nblocks(k) - 1)) for k in keys} for got in reached]
+        return bool(boxes) and not any(
+            all(a[k][0] <= b[k][1] and b[k][0] <= a[k][1] for k in keys)
+            for i, a in enumerate(boxes)
+            for b in boxes[i + 1 :]
+        )
 
     def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
         """The step's kernel calls: a task per combination of the blocks of every label it joins (the
@@ -658,7 +729,15 @@ class _Run(W.Stager):
             args = [[p.future for p in parts] for _, parts in inputs.values()]
             keys = [[p.future.key for p in parts] for _, parts in inputs.values()]
             fut = self.ex.client.submit(
-                run_part, sql, rels, args, keys, workers=[addr], allow_other_workers=True, pure=False
+                run_part,
+                sql,
+                rels,
+                args,
+                keys,
+                key=self.ex._key("part"),
+                workers=[addr],
+                allow_other_workers=True,
+                pure=False,
             )
             report.tasks.append(fut.key)
             report.futures.append(fut)
@@ -668,6 +747,41 @@ class _Run(W.Stager):
             report.blocks.setdefault(addr, []).append(_show(ranges) or "all")
         self.reports.append(report)
         return out
+
+
+def _top_aggregates(rel: T.Rel) -> list[T.Aggregate]:
+    """The aggregations of ``rel`` not under another one (``rel`` itself if it is one), once each."""
+    out: dict[T.Rel, None] = {}
+    seen: set[T.Rel] = set()
+    stack = [rel]
+    while stack:
+        r = stack.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if isinstance(r, T.Aggregate):
+            out[r] = None
+        else:
+            stack.extend(T.inputs(r))
+    return list(out)  # type: ignore[arg-type]
+
+
+def _replace_aggregates(
+    rel: T.Rel, inline: Mapping[T.Rel, T.Rel], store: Callable[[T.Aggregate], T.Rel]
+) -> T.Rel:
+    """``rel`` with each aggregation not under another one replaced: by its entry in ``inline``, else by
+    what ``store`` makes of it."""
+    memo: dict[T.Rel, T.Rel] = {}
+
+    def go(r: T.Rel) -> T.Rel:
+        if r not in memo:
+            if isinstance(r, T.Aggregate):
+                memo[r] = inline[r] if r in inline else store(r)
+            else:
+                memo[r] = T.with_inputs(r, tuple(go(c) for c in T.inputs(r)))
+        return memo[r]
+
+    return go(rel)
 
 
 def _renames(rel: T.Rel) -> tuple[T.Rel, dict[str, str]]:

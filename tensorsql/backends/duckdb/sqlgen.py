@@ -212,8 +212,14 @@ def _grouped(scans: list[tuple[int, T.Scan]], row: GuardCells) -> exp.Select:
         copy=False,
     )
     abouts = {i: lit(_about(scan, "keys")) for i, scan in scans}
-    about = next(iter(abouts.values())) if len(abouts) == 1 else exp.Case(
-        ifs=[exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()]
+    about = (
+        next(iter(abouts.values()))
+        if len(abouts) == 1
+        else exp.Case(
+            ifs=[
+                exp.If(this=exp.EQ(this=col("g", "t"), expression=lit(i)), true=a) for i, a in abouts.items()
+            ]
+        )
     )
     failed = _failure(about, [col("g", f"k{d}") for d in range(rank)], col("g", "n"))
     q = exp.select(*row(failed), copy=False).from_(per_key.subquery("g"), copy=False)
@@ -833,6 +839,8 @@ class _Builder:
         Positions tied by a repeated label (``rel.diagonal``) share one target key, so only diagonal target
         blocks are made, from the source blocks that overlap them along every tied position."""
         src, dst = rel.child.schema, rel.schema
+        if not rel.diagonal and all(dst.blocks[lab] % src.blocks[lab] == 0 for lab in src.blob):
+            return self._merge(rel)
         lead = {i: i for i in range(len(src.blob))}
         for group in rel.diagonal:  # a position that keeps its blocks gives the key without a range
             first = next((i for i in group if src.blocks[src.blob[i]] == dst.blocks[src.blob[i]]), group[0])
@@ -900,6 +908,41 @@ class _Builder:
         tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
         return self.finish(Row(q, keys, tensor), group=True)
 
+    def _merge(self, rel: T.Repartition) -> exp.Select:
+        """A repartition into blocks that are each a whole number of source blocks: every source block lies
+        in one target block (key ``k // ratio``) at offset ``(k % ratio) * block``, so it is assembled as it
+        is: no slice copies it first, and no UNNEST repeats its row."""
+        src, dst = rel.child.schema, rel.schema
+        keys: dict[str, exp.Expression] = {}
+        piece, offset, out = [], [], []
+        for lab in src.blob:
+            ck = col("c", lab)
+            bs, bt = src.blocks[lab], dst.blocks[lab]
+            piece.append(extent(src, lab, ck.copy()))
+            if bs == bt:
+                keys[lab] = ck.copy()
+                offset.append(lit(0))
+                out.append(extent(dst, lab, ck.copy()))
+                continue
+            ratio = bt // bs
+            tk = exp.Cast(
+                this=exp.IntDiv(this=ck.copy(), expression=lit(ratio)), to=exp.DataType.build("INTEGER")
+            )
+            keys[lab] = tk
+            offset.append(
+                exp.Mul(
+                    this=exp.Paren(this=exp.Mod(this=ck.copy(), expression=lit(ratio))), expression=lit(bs)
+                )
+            )
+            out.append(extent(dst, lab, tk.copy()))
+        tensor = call(
+            "tensor_assemble", lit(dst.dtype), col("c", "tensor"), array(piece), array(offset), array(out)
+        )
+        q = exp.select().from_(table(self.ref(rel.child), "c"))
+        if T.may_pad(rel.child):  # a padding row (NULL keys and block) is no piece (the UNNEST drops it)
+            q = q.where(exp.Not(this=exp.Is(this=col("c", "tensor"), expression=exp.Null())), copy=False)
+        return self.finish(Row(q, keys, tensor), group=True)
+
     def slice(self, rel: T.Slice) -> exp.Select:
         """Each child block cut into its pieces of the output blocks (``tensor_slice_strided``) and the pieces
         of an output block assembled. Where the pieces are to be found is known when planning
@@ -942,8 +985,10 @@ class _Builder:
                 if kept is not None:
                     bt, total = dst.blocks[kept], dst.sizes[kept]
                     targets = [p[1] for p in pieces]
-                    whole = whole and len(set(targets)) == len(targets) and all(
-                        p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces
+                    whole = (
+                        whole
+                        and len(set(targets)) == len(targets)
+                        and all(p[4] == 0 and p[3] == min(bt, total - bt * p[1]) for p in pieces)
                     )
             start.append(a)
             count.append(n)
