@@ -77,16 +77,22 @@ def test_reblock_in_sql(s):
         ((8,), (3,), (6,), "int64"),
     ],
 )
-def test_reblock_into_whole_source_blocks(s, shape, stored, merged, dtype):
-    """A reblock whose blocks are each whole source blocks assembles them as they are (no slice), also where
-    the last source block along a dimension is short."""
+def test_reblock_into_whole_source_blocks_and_back(s, shape, stored, merged, dtype):
+    """A reblock whose blocks are each whole source blocks assembles them as they are (no slice), and one
+    whose blocks each lie in one source block slices them (no assemble), also where the last block along a
+    dimension is short."""
     a = (rand(shape) * 10).astype(dtype)
     rel = s.from_numpy(a, block_shape=stored).reblock(merged)
     assert "tensor_assemble" in rel.sql() and "tensor_slice" not in rel.sql()
     np.testing.assert_array_equal(rel.numpy(), a)
     assert rel.to_arrow().num_rows == math.prod(-(-n // b) for n, b in zip(shape, merged, strict=True))
+    back = s.from_numpy(a, block_shape=merged).reblock(stored)
+    assert "tensor_slice" in back.sql() and "tensor_assemble" not in back.sql()
+    np.testing.assert_array_equal(back.numpy(), a)
+    assert back.to_arrow().num_rows == math.prod(-(-n // b) for n, b in zip(shape, stored, strict=True))
     b = rand((*shape[-1:], 3)).astype(dtype)
-    assert_einsum_close(s.einsum("...j,jk->...k", rel, b).numpy(), "...j,jk->...k", a, b)
+    for r in (rel, back):
+        assert_einsum_close(s.einsum("...j,jk->...k", r, b).numpy(), "...j,jk->...k", a, b)
 
 
 def test_save_and_reopen_in_new_process(tmp_path):

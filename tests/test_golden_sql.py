@@ -93,6 +93,8 @@ CASES = {
     ),
     # blocks of 2 x 5 merged into 4 x 10 (ragged: 9 rows): each assembled whole where it lies, no slice
     "reblock_merge": lambda: reblock_sql(src("A", (9, 10), (2, 5)), (4, 10)),
+    # and back: each target block is a slice of one source block, no assemble
+    "reblock_split": lambda: reblock_sql(src("A", (9, 10), (4, 10)), (2, 5)),
     "trace": lambda: plan_sql("ii->", src("M", (6, 6), (3, 3))),
     "l2_distance": lambda: plan_sql(
         "ij,jk->ik", src("X", (4, 6), (2, 3)), src("Y", (6, 4), (3, 2)), join="sqdiff"

@@ -35,32 +35,19 @@ WITH "t0" AS (
   SELECT
     CAST("c"."__ts_r0" AS INT) AS "k0",
     "c"."k1" AS "k1",
-    tensor_assemble(
+    tensor_slice(
       'float64',
-      tensor_slice(
-        'float64',
-        "c"."tensor",
-        [10, 2],
-        [greatest("c"."k0" * 10, "c"."__ts_r0" * 5) - "c"."k0" * 10, 0],
-        [
-          least(least((
-            "c"."k0" + 1
-          ) * 10, 10), (
-            "c"."__ts_r0" + 1
-          ) * 5) - "c"."k0" * 10,
-          2
-        ]
-      ),
+      "c"."tensor",
+      [10, 2],
+      [greatest("c"."k0" * 10, "c"."__ts_r0" * 5) - "c"."k0" * 10, 0],
       [
         least(least((
           "c"."k0" + 1
         ) * 10, 10), (
           "c"."__ts_r0" + 1
-        ) * 5) - greatest("c"."k0" * 10, "c"."__ts_r0" * 5),
+        ) * 5) - "c"."k0" * 10,
         2
-      ],
-      [greatest("c"."k0" * 10, "c"."__ts_r0" * 5) - "c"."__ts_r0" * 5, 0],
-      [5, 2]
+      ]
     ) AS "tensor"
   FROM (
     SELECT
@@ -74,9 +61,6 @@ WITH "t0" AS (
       ) AS "__ts_r0"
     FROM "C" AS "c"
   ) AS "c"
-  GROUP BY
-    CAST("c"."__ts_r0" AS INT),
-    "c"."k1"
 )
 SELECT
   0 AS "o",
