@@ -95,6 +95,21 @@ def test_reblock_into_whole_source_blocks_and_back(s, shape, stored, merged, dty
         assert_einsum_close(s.einsum("...j,jk->...k", r, b).numpy(), "...j,jk->...k", a, b)
 
 
+def test_a_slice_of_an_array_relation_reads_it_whole_and_filters_after(s):
+    """A filter DuckDB pushes into the scan of a registered Arrow table (``from_numpy``'s relations) copies
+    every blob it passes: a slice reads such a relation behind ``OFFSET 0``; a DuckDB table keeps the
+    filter in its scan (it skips the blocks the filter drops)."""
+    a = rand((40, 30))
+    A = s.from_numpy(a, block_shape=(8, 10))
+    for rel, want in ((A[3:20, ::2], a[3:20, ::2]), (A[:16], a[:16]), (A[5, 7:29], a[5, 7:29])):
+        assert "OFFSET 0" in rel.sql()
+        np.testing.assert_array_equal(rel.numpy(), want)
+    A.save("sliced_whole")
+    stored = s.table("sliced_whole")[3:20]
+    assert "OFFSET 0" not in stored.sql()
+    np.testing.assert_array_equal(stored.numpy(), a[3:20])
+
+
 def test_save_and_reopen_in_new_process(tmp_path):
     db = tmp_path / "t.duckdb"
     a = rand((6, 5), "float32")

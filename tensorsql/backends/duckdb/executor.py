@@ -380,6 +380,7 @@ class DuckDBExecutor:
                             bind=self._binder(st, plan),
                             checks=self._must_check,
                             lowering=self.lowering,
+                            in_place=self._in_place,
                         )
                         self.query(create(ast), what)
                         return
@@ -457,7 +458,11 @@ class DuckDBExecutor:
         if st.staged or plan.operands:
             return None
         return sqlgen.to_ast(
-            plan.tra, bind=self._binder(st, plan), checks=self._must_check, lowering=self.lowering
+            plan.tra,
+            bind=self._binder(st, plan),
+            checks=self._must_check,
+            lowering=self.lowering,
+            in_place=self._in_place,
         )
 
     def relation(
@@ -507,7 +512,11 @@ class DuckDBExecutor:
         if key not in st.text:
             st.text[key] = sqlgen.sql_text(
                 sqlgen.to_ast(
-                    plan.tra, bind=self._binder(st, plan), checks=self._must_check, lowering=self.lowering
+                    plan.tra,
+                    bind=self._binder(st, plan),
+                    checks=self._must_check,
+                    lowering=self.lowering,
+                    in_place=self._in_place,
                 ),
                 pretty=pretty,
             )
@@ -654,7 +663,11 @@ class DuckDBExecutor:
             if st.sink_slot is None:
                 raise ExtensionError("the loaded kernels do not see result sinks")
             ast = sqlgen.to_sink_ast(
-                plan.tra, key=st.sink_slot.key, bind=self._binder(st, plan), checks=self._must_check
+                plan.tra,
+                key=st.sink_slot.key,
+                bind=self._binder(st, plan),
+                checks=self._must_check,
+                in_place=self._in_place,
             )
             st.text["sink"] = sqlgen.sql_text(ast)
             st.lane = not st.long and ast.find(exp.From, exp.Table) is None
@@ -664,6 +677,10 @@ class DuckDBExecutor:
         """Whether a statement checks a stored table it reads: any but a view checked when uploaded and the
         stage tables of a run in waves."""
         return scan.table not in self._views and scan.table not in self._stages
+
+    def _in_place(self, scan: T.Scan) -> bool:
+        """Whether a stored table is an Arrow table registered with DuckDB (``upload``), read in place."""
+        return scan.table in self._views
 
     @property
     def wave_budget(self) -> int:
@@ -687,7 +704,14 @@ class DuckDBExecutor:
     def _staged(self, st: _Statement, plan: Plan) -> StagedRun:
         bind = self._binder(st, plan)
         return StagedRun(
-            self.con, bind, self._must_check, self.wave_budget, self._stages, self.drop, self.lowering
+            self.con,
+            bind,
+            self._must_check,
+            self.wave_budget,
+            self._stages,
+            self.drop,
+            self.lowering,
+            self._in_place,
         )
 
     def _diagnosis(self, st: _Statement, plan: Plan) -> list[str]:

@@ -35,9 +35,12 @@ class StagedRun(W.Stager):
         own: set[str],
         drop: Callable[[str], None],
         lowering: sqlgen.Lowering = sqlgen.FUSED,
+        in_place: Callable[[T.Scan], bool] | None = None,
     ) -> None:
         super().__init__()
         self.lowering = lowering
+        #: the stored tables that are registered Arrow tables (``sqlgen.to_ast``'s ``in_place``)
+        self.in_place = in_place
         self.con = con
         self.bind = bind
         self.budget = budget
@@ -60,7 +63,9 @@ class StagedRun(W.Stager):
 
     # -- stages -------------------------------------------------------------------------------------------
     def _sql(self, rel: T.Rel) -> exp.Query:
-        return sqlgen.to_ast(rel, bind=self.bind, checks=self.checks, lowering=self.lowering)
+        return sqlgen.to_ast(
+            rel, bind=self.bind, checks=self.checks, lowering=self.lowering, in_place=self.in_place
+        )
 
     def execute(self, query: exp.Expression) -> list[tuple]:
         self.queries += 1
@@ -99,7 +104,9 @@ class StagedRun(W.Stager):
         """Every wave's blocks written into result sink ``key``: (blocks, elements) written in all."""
         blocks = elements = 0
         for rel in self.last(root):
-            ((b, e),) = self.execute(sqlgen.to_sink_ast(rel, key=key, bind=self.bind, checks=self.checks))
+            ((b, e),) = self.execute(
+                sqlgen.to_sink_ast(rel, key=key, bind=self.bind, checks=self.checks, in_place=self.in_place)
+            )
             blocks += int(b or 0)
             elements += int(e or 0)
         return blocks, elements
