@@ -178,7 +178,9 @@ def _read_whole(ast: exp.Expression, views: set[str]) -> exp.Expression:
     Arrow table in place and filters after the scan. A filter or a join's key filter pushed into an Arrow
     scan makes it copy every blob it passes (80 MB of blocks through ``WHERE k BETWEEN ...``: 8 ms against
     0.4 ms unfiltered; a D x E task of the skewed chain: 132-144 ms -> 99-111 ms); the task's inputs are
-    about the blocks it reads anyway, so the filter saves nothing."""
+    about the blocks it reads anyway, so the filter saves nothing. (One process puts only its filtered reads
+    of Arrow tables behind it: ``sqlgen.to_ast``'s ``in_place``; every read of a task is joined or
+    filtered.)"""
 
     def barrier(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and node.name in views:
