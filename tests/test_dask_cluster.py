@@ -130,13 +130,17 @@ def test_an_aggregation_read_twice_is_computed_once(cs, case):
 
 def test_a_task_reads_its_inputs_whole_behind_a_barrier():
     """A filter pushed into the scan of a registered Arrow table copies every blob it passes: each read of a
-    task's input view is behind ``OFFSET 0`` (DuckDB filters after the scan), any other table is left alone."""
+    task's input view is behind ``OFFSET 0`` (DuckDB filters after the scan), but for the sides of a
+    positional join; any other table is left alone."""
     from sqlglot import parse_one
 
     ast = parse_one('SELECT * FROM "_ts_in_0" AS c JOIN "_ts_in_1" AS d ON c.k0 = d.k0 JOIN t ON TRUE')
     text = DX._read_whole(ast, {"_ts_in_0", "_ts_in_1"}).sql()
     assert text.count("OFFSET 0") == 2 and '(SELECT * FROM "_ts_in_0" OFFSET 0) AS c' in text
     assert "JOIN t ON TRUE" in text
+    # one-block sides side by side: a positional scan reads them in place, the barrier would copy one
+    side = parse_one('SELECT * FROM "_ts_in_0" AS x POSITIONAL JOIN "_ts_in_1" AS y', read="duckdb")
+    assert "OFFSET" not in DX._read_whole(side, {"_ts_in_0", "_ts_in_1"}).sql(dialect="duckdb")
 
 
 def test_a_map_over_a_product_is_one_stage(cs):

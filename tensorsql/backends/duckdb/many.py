@@ -115,6 +115,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
         [(table, plan.tra, binder(plan)) for table, plan in stages],
         [(plan.tra, sink.key, binder(plan)) for plan, sink in zip(outputs, sinks, strict=True)],
         checks=ex._must_check,
+        in_place=ex._in_place,
     )
     works = [longrun.plan_work(plan.root) for plan in plans]
     work = (sum(w[0] for w in works), sum(w[1] for w in works))

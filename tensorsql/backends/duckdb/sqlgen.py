@@ -1296,6 +1296,7 @@ def to_multi_sink_ast(
     outputs: list[tuple[T.Rel, int, Bind | None]],
     *,
     checks: Checks = False,
+    in_place: Callable[[T.Scan], bool] | None = None,
 ) -> exp.Query:
     """Several plans as one statement (a training step: the forward steps a loss and its gradients share,
     then every output): each stage ``(table, root, bind)`` becomes the MATERIALIZED CTE ``table`` in
@@ -1304,14 +1305,20 @@ def to_multi_sink_ast(
     row ``(o, written)`` per block written, ``o`` the output's index, ``written`` its elements, for the
     caller's completeness check (the guard's rows, if any, have a NULL ``o``). The rows are not summed per
     output here: a GROUP BY over the UNION ALL cost DuckDB 0.2-0.3 ms of a ~1.5 ms logistic-regression step.
-    ``bind`` renders the array operands of that plan."""
+    ``bind`` renders the array operands of that plan; ``in_place`` as for ``to_ast``."""
     roots = [root for _, root, _ in stages] + [root for root, _, _ in outputs]
     stage_tables = {table.lower() for table, _, _ in stages}
     names = Names(reserved=stage_tables)
     for root in roots:
         names.reserved |= {scan.table.lower() for scan in _scans(root)}
     check = checks if callable(checks) else (lambda _scan: bool(checks))
-    b = _Builder(roots[0], names, None, lambda scan: scan.table.lower() not in stage_tables and check(scan))
+    b = _Builder(
+        roots[0],
+        names,
+        None,
+        lambda scan: scan.table.lower() not in stage_tables and check(scan),
+        in_place=in_place,
+    )
     b.computed = stage_tables
     for root in roots[1:]:
         b.count(root)
