@@ -7,7 +7,7 @@ so each row's block shape follows from its keys: ``min(block, size - block * key
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from tensorsql.ir import blocking
@@ -254,8 +254,9 @@ def counted(rel: Rel) -> bool:
     )
 
 
-def nodes(root: Rel) -> Iterator[Rel]:
-    """Every relation of the plan, once each (a DAG: a shared input is visited once), consumers first."""
+def nodes(root: Rel, stop: Callable[[Rel], bool] | None = None) -> Iterator[Rel]:
+    """Every relation of the plan, once each (a DAG: a shared input is visited once), consumers first;
+    ``stop``: relations whose inputs are not visited (they are yielded themselves)."""
     seen: set[Rel] = set()
     stack = [root]
     while stack:
@@ -264,7 +265,8 @@ def nodes(root: Rel) -> Iterator[Rel]:
             continue
         seen.add(r)
         yield r
-        stack.extend(inputs(r))
+        if stop is None or not stop(r):
+            stack.extend(inputs(r))
 
 
 def may_lack_blocks(rel: Rel) -> bool:

@@ -786,19 +786,8 @@ class _Run(W.Stager):
 
 def _top_aggregates(rel: T.Rel) -> list[T.Aggregate]:
     """The aggregations of ``rel`` not under another one (``rel`` itself if it is one), once each."""
-    out: dict[T.Rel, None] = {}
-    seen: set[T.Rel] = set()
-    stack = [rel]
-    while stack:
-        r = stack.pop()
-        if r in seen:
-            continue
-        seen.add(r)
-        if isinstance(r, T.Aggregate):
-            out[r] = None
-        else:
-            stack.extend(T.inputs(r))
-    return list(out)  # type: ignore[arg-type]
+    below = T.nodes(rel, stop=lambda r: isinstance(r, T.Aggregate))
+    return [r for r in below if isinstance(r, T.Aggregate)]
 
 
 def _replace_aggregates(
