@@ -85,8 +85,8 @@ class _Walk:
     def __init__(self) -> None:
         self.memo: dict[tuple[int, frozenset], T.Rel] = {}
         self.bytes = 0
-        #: the ranges each aggregation was reached with, by node id (``ranges_at``)
-        self.at: dict[int, list[dict[str, tuple[int, int]]]] = {}
+        #: the ranges each aggregation was reached with (``ranges_at``)
+        self.at: dict[T.Rel, list[dict[str, tuple[int, int]]]] = {}
 
     def count(self, rel: T.Rel, ranges: Ranges) -> None:
         self.bytes += _rows(rel.schema, ranges) * _block_bytes(rel.schema)
@@ -151,7 +151,7 @@ class _Walk:
             right = self.push(rel.right, ranges)
             return T.with_inputs(rel, (left, right))
         if isinstance(rel, T.Aggregate):
-            self.at.setdefault(id(rel), []).append(dict(ranges))
+            self.at.setdefault(rel, []).append(dict(ranges))
             self.count(rel, {k: r for k, r in ranges.items() if k in s.keys})
             fuse = isinstance(rel.child, T.Join) and rel.child.agg == rel.agg
             return T.with_inputs(rel, (self.push(rel.child, ranges, fused=fuse),))
@@ -168,10 +168,10 @@ def restrict(rel: T.Rel, ranges: Ranges) -> T.Rel:
     return _Walk().push(rel, ranges)
 
 
-def ranges_at(rel: T.Rel, ranges: Ranges) -> dict[int, list[dict[str, tuple[int, int]]]]:
-    """The key ranges each aggregation in ``rel`` is computed over (by node id; one entry per way it is
-    reached) when ``rel`` is restricted to ``ranges``: a range the push loses on the way (a label the
-    aggregation does not keep) means every piece of ``rel`` computes all of it."""
+def ranges_at(rel: T.Rel, ranges: Ranges) -> dict[T.Rel, list[dict[str, tuple[int, int]]]]:
+    """The key ranges each aggregation in ``rel`` is computed over (one entry per way it is reached) when
+    ``rel`` is restricted to ``ranges``: a range the push loses on the way (a label the aggregation does not
+    keep) means every piece of ``rel`` computes all of it."""
     walk = _Walk()
     walk.push(rel, ranges)
     return walk.at

@@ -184,8 +184,7 @@ def _read_whole(ast: exp.Expression, views: set[str]) -> exp.Expression:
 
     def barrier(node: exp.Expression) -> exp.Expression:
         if isinstance(node, exp.Table) and node.name in views and not _positional(node):
-            inner = exp.select(exp.Star()).from_(exp.Table(this=sqlgen.ident(node.name))).offset(0)
-            return exp.Subquery(this=inner, alias=node.args.get("alias"))
+            return sqlgen.read_whole(node.name, node.args.get("alias"))
         return node
 
     return ast.transform(barrier)
@@ -664,12 +663,12 @@ class _Run(W.Stager):
             rel = _replace_aggregates(root, inline, self.materialize)
             cuts = self.cuts(rel, space, set(space))
             tasks = W.count(cuts, space)
-            boxes: dict[int, list[dict[str, tuple[int, int]]]] = {}
+            boxes: dict[T.Rel, list[dict[str, tuple[int, int]]]] = {}
             for ranges in W.waves(cuts, space):
-                for node_id, got in W.ranges_at(rel, ranges).items():
-                    boxes.setdefault(node_id, []).extend(got)
+                for node, got in W.ranges_at(rel, ranges).items():
+                    boxes.setdefault(node, []).extend(got)
             failed = [
-                a for a, node in inline.items() if not self._inlinable(node, tasks, boxes.get(id(node), []))
+                a for a, node in inline.items() if not self._inlinable(node, tasks, boxes.get(node, []))
             ]
             if not failed:
                 return rel, cuts

@@ -667,8 +667,7 @@ class _Builder:
         keeps the filter (it skips what the filter drops)."""
         if not (isinstance(rel, T.Scan) and isinstance(source, exp.Table) and self.in_place(rel)):
             return source
-        inner = exp.select(exp.Star()).from_(exp.Table(this=ident(rel.table))).offset(0)
-        return exp.Subquery(this=inner, alias=source.args.get("alias"))
+        return read_whole(rel.table, source.args.get("alias"))
 
     def read(self, rel: T.Rel, alias: str) -> exp.Expression:
         """The ``tensor`` column of ``rel`` under ``alias``, where no kernel reads it (the stored table itself
@@ -855,6 +854,9 @@ class _Builder:
         src, dst = rel.child.schema, rel.schema
         if not rel.diagonal and all(dst.blocks[lab] % src.blocks[lab] == 0 for lab in src.blob):
             return self._merge(rel)
+        # a split: every target block lies inside one source block, so its one piece is the block (no
+        # assemble copying it again, no GROUP BY)
+        split = not rel.diagonal and all(src.blocks[lab] % dst.blocks[lab] == 0 for lab in src.blob)
         lead = {i: i for i in range(len(src.blob))}
         for group in rel.diagonal:  # a position that keeps its blocks gives the key without a range
             first = next((i for i in group if src.blocks[src.blob[i]] == dst.blocks[src.blob[i]]), group[0])
@@ -919,9 +921,7 @@ class _Builder:
             array(start),
             array(stop),
         )
-        if not rel.diagonal and all(src.blocks[lab] % dst.blocks[lab] == 0 for lab in src.blob):
-            # a split: every target block lies inside one source block, so its one piece is the block (no
-            # assemble copying it again, no GROUP BY)
+        if split:
             return self.finish(Row(q, keys, sliced))
         tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
         return self.finish(Row(q, keys, tensor), group=True)
@@ -1031,6 +1031,14 @@ class _Builder:
             return self.finish(Row(q, keys, sliced))
         tensor = call("tensor_assemble", lit(dst.dtype), sliced, array(piece), array(offset), array(out))
         return self.finish(Row(q, keys, tensor), group=True)
+
+
+def read_whole(name: str, alias: exp.TableAlias | None) -> exp.Subquery:
+    """``(SELECT * FROM name OFFSET 0) AS alias``: DuckDB pushes no filter past a LIMIT/OFFSET, so it scans a
+    registered Arrow table in place and filters after the scan (a filter pushed into the scan would copy
+    every blob it passes)."""
+    inner = exp.select(exp.Star()).from_(exp.Table(this=ident(name))).offset(0)
+    return exp.Subquery(this=inner, alias=alias)
 
 
 def _within(
