@@ -7,6 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from equations import BLOCKING_CASES, EQUATIONS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 from test_einsum_numpy import BLOCKINGS, make_operands
 from test_waves import check_mixed_einsum
 from tolerance import assert_einsum_close
@@ -107,10 +109,16 @@ def test_the_last_step_computes_an_aggregation_only_where_it_splits_it_as_well(
     assert all(len(st.parts) == 2 for st in cs.executor.last_run if st.what == "result")
 
 
+def _task_sql(cs) -> list[str]:
+    """The task SQL the cluster made for the plans it ran (one text per distinct task)."""
+    return [t for memo in cs.executor._sql.values() for m in memo.values() for t in m.values()]
+
+
 @pytest.mark.parametrize("case", ["shared", "transposed"])
 def test_an_aggregation_read_twice_is_computed_once(cs, case):
-    """P = X @ Y read by the last step and by Q = P @ Z below it, or read as P and as its transpose: P is
-    a stage of its own (computed once), not computed again by the last step's tasks."""
+    """P = X @ Y read by the last step and by Q = P @ Z under it: each task of the last step computes its
+    rows of P once and reads them twice (one stage). Read as P and as its transpose, a row strip and a column
+    strip of P would overlap: P is a stage of its own (computed once), not computed again by each task."""
     rng = np.random.default_rng(18)
     x, y, z = (rng.standard_normal((64, 64)) for _ in range(3))
     split = {"i": 2, "k": 2}  # small arrays are planned as one block: split, so there are tasks to share
@@ -119,13 +127,78 @@ def test_an_aggregation_read_twice_is_computed_once(cs, case):
         Q = cs.einsum("ij,jk->ik", P, cs.from_numpy(z), blocks=split)
         rel = cs.einsum("ik,ik->ik", P, Q, join="add", blocks=split)
         want = x @ y + x @ y @ z
-    else:  # each task of the last step reads a row strip of P and a column strip: they overlap
+    else:
         rel = cs.einsum("ik,ki->ik", P, P, join="add", blocks=split)
         want = x @ y + (x @ y).T
+    cs.executor._sql.clear()
     np.testing.assert_allclose(rel.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(want).max())
     whats = [st.what for st in cs.executor.last_run]
-    assert whats[-1] == "result" and whats.count("Aggregate sum -> ('i', 'k')") == 1
     assert sum(cs.executor.last_run[-1].parts.values()) == 2
+    if case == "shared":
+        assert whats == ["result"]
+        # per task: P's rows and Q's rows, two products; the add
+        assert [t.count("'ab,bc->ac'") for t in _task_sql(cs)] == [2, 2]
+    else:
+        assert whats[-1] == "result" and whats.count("Aggregate sum -> ('i', 'k')") == 1
+
+
+@pytest.mark.parametrize(
+    ("k_parts", "stages"), [(2, ["result"]), (1, ["Aggregate sum -> ('i', 'k')", "result"])]
+)
+def test_the_last_step_computes_a_chain_of_products_cut_where_each_splits(cs, k_parts, stages):
+    """The paper's skewed chain (A x B) + (C x (D x E)), D x E short and wide: its rows cannot be shared, so
+    the last step is cut by columns alone, and each task computes its columns of D x E, of C x DE and of
+    A x B and adds them: one stage, no product computed twice. With the columns one block (a cut by columns
+    would leave a worker idle), D x E is a stage of its own and the rows are cut."""
+    rng = np.random.default_rng(19)
+    a, b, c = rng.standard_normal((64, 8)), rng.standard_normal((8, 64)), rng.standard_normal((64, 8))
+    d, e = rng.standard_normal((8, 256)), rng.standard_normal((256, 64))
+    want = a @ b + c @ (d @ e)
+    split = {"i": 2, "k": k_parts}
+    ab = cs.einsum("ij,jk->ik", cs.from_numpy(a), cs.from_numpy(b), blocks=split)
+    de = cs.einsum("ij,jk->ik", cs.from_numpy(d), cs.from_numpy(e), blocks={"k": k_parts})
+    cde = cs.einsum("ij,jk->ik", cs.from_numpy(c), de, blocks=split)
+    rel = cs.einsum("ik,ik->ik", ab, cde, join="add", blocks=split)
+    cs.executor._sql.clear()
+    np.testing.assert_allclose(rel.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+    assert [st.what for st in cs.executor.last_run] == stages
+    assert all(sum(st.parts.values()) == 2 == len(st.parts) for st in cs.executor.last_run)
+    text = rel.explain()
+    if k_parts == 2:
+        assert [t.count("'ab,bc->ac'") for t in _task_sql(cs)] == [3, 3]
+        assert "runs blocks k1=0" in text and "runs blocks k1=1" in text
+    else:
+        assert "runs blocks k0=0" in text and "runs blocks k0=1" in text
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    n=hs.sampled_from([(24, 4, 40), (8, 16, 8), (30, 30, 30)]),
+    parts=hs.lists(hs.tuples(hs.integers(1, 3), hs.integers(1, 3)), min_size=4, max_size=4),
+    join=hs.sampled_from(["add", "subtract", "multiply"]),
+    mapped=hs.booleans(),
+)
+def test_nested_products_under_the_last_step_match_numpy(cs, n, parts, join, mapped):
+    """(A x B) op (C x (D x E)), each product blocked its own way, the last step a join or a map over it:
+    whatever the cluster computes in the last step's tasks and whatever it leaves to stages, numpy's
+    answer, and the last stage's tasks never compute a block twice (the bytes fed equal the modelled)."""
+    i, j, k = n
+    rng = np.random.default_rng(sum(map(sum, parts)))
+    a, b, c = rng.standard_normal((i, j)), rng.standard_normal((j, k)), rng.standard_normal((i, j))
+    d, e = rng.standard_normal((j, 3 * k)), rng.standard_normal((3 * k, k))
+    blocks = [{"i": p, "k": q} for p, q in parts]
+    ab = cs.einsum("ij,jk->ik", cs.from_numpy(a), cs.from_numpy(b), blocks=blocks[0])
+    de = cs.einsum("ij,jk->ik", cs.from_numpy(d), cs.from_numpy(e), blocks=blocks[1])
+    cde = cs.einsum("ij,jk->ik", cs.from_numpy(c), de, blocks=blocks[2])
+    rel = cs.einsum("ik,ik->ik", ab, cde, join=join, blocks=blocks[3])
+    want = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply}[join](a @ b, c @ (d @ e))
+    if mapped:
+        rel, want = cs.map(rel, "abs"), np.abs(want)
+    scale = np.abs(a @ b).max() + np.abs(c @ d @ e).max()
+    got = rel.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9 * scale * (scale if join == "multiply" else 1))
+    for stage in cs.executor.last_run:
+        assert abs(stage.fed - stage.modelled) <= 0.2 * stage.modelled + 1024
 
 
 def test_a_task_reads_its_inputs_whole_behind_a_barrier():

@@ -207,9 +207,19 @@ def _positional(table: exp.Table) -> bool:
 
 
 def _renamed(rel: T.Rel, rename: Mapping[str, str]) -> T.Rel:
-    if isinstance(rel, T.Scan):
-        return T.Scan(rel.schema, rename[rel.table], rel.complete) if rel.table in rename else rel
-    return T.with_inputs(rel, tuple(_renamed(c, rename) for c in T.inputs(rel)))
+    """``rel`` reading the tables of ``rename`` under their new names; a node read twice stays one node (the
+    task's SQL computes it once)."""
+    memo: dict[T.Rel, T.Rel] = {}
+
+    def go(r: T.Rel) -> T.Rel:
+        if r not in memo:
+            if isinstance(r, T.Scan):
+                memo[r] = T.Scan(r.schema, rename[r.table], r.complete) if r.table in rename else r
+            else:
+                memo[r] = T.with_inputs(r, tuple(go(c) for c in T.inputs(r)))
+        return memo[r]
+
+    return go(rel)
 
 
 def _leaf_ranges(rel: T.Rel) -> list[tuple[str, dict[str, tuple[int, int]]]]:
@@ -416,8 +426,8 @@ class DaskExecutor:
         lines = [
             f"runs on {len(workers)} Dask workers ({sum(workers.values())} threads): each aggregation is a "
             "stage whose tasks are the plan's kernel calls, each placed on the worker holding most of what "
-            "it reads (a last step that is no aggregation computes those right under it in its own tasks, "
-            "where it splits them as finely)"
+            "it reads (a last step that is no aggregation computes those under it in its own tasks, where "
+            "its tasks split them as finely and compute no block of them twice)"
         ]
         for i, st in enumerate(self.last_run):
             lines.append(f"last run, stage {i}: {st.what}")
@@ -641,40 +651,77 @@ class _Run(W.Stager):
         return self.stage(rel, space, self.cuts(rel, space, set(space)), root.schema, "result")
 
     def fused_last(self, root: T.Rel, space: Mapping[str, int]) -> tuple[T.Rel, dict[str, int]] | None:
-        """The last step (a join or map over aggregations: the chain's final add) with the aggregations
-        right under it computed in its own tasks instead of in stages of their own, and its cuts; None where
-        that would cost parallelism or work. Each stage is a round of tasks, each paying a Dask round trip,
-        its inputs' registration and DuckDB's planning: ~10 ms, which on the paper's square chain is as much
-        as a step's kernel call. An aggregation stays in the last step only if it is not stored anyway (a
-        step below reads it too); if, as a stage, it would cut no label it sums away (no partial blocks to
-        combine) into no more tasks than the last step has; and if the blocks of it the step's tasks compute
-        are disjoint (no block computed by two tasks, or twice by one: a label the step cuts that does not
-        reach it, a repeated label, a coarser blocking behind a repartition, the same aggregation read
-        twice under different names)."""
+        """The last step (a join or map over aggregations: the chain's final add) with aggregations under it
+        computed in its own tasks instead of in stages of their own, and its cuts; None where that would cost
+        parallelism or work. Each stage is a round of tasks, each paying a Dask round trip, its inputs'
+        registration and DuckDB's planning: ~10 ms, which on the paper's square chain is as much as a step's
+        kernel call. An aggregation (at any depth: C x (D x E) and D x E under it alike) stays in the last
+        step only if it is not stored anyway (a step left to a stage reads it too); if, as a stage, it would
+        cut no label it sums away (no partial blocks to combine) into no more tasks than the last step has;
+        and if the blocks of it the step's tasks compute are disjoint (no block computed by two tasks, or
+        twice by one: a label the step cuts that does not reach it, a repeated label, a coarser blocking
+        behind a repartition, the same aggregation read as itself and transposed). Where the step's own
+        cuts make them overlap, the step is cut along the other labels alone if that still gives every
+        thread a task (``_whole``: the skewed chain's add cut by columns only, so that D x E, too short to
+        share by rows, runs in it: one stage instead of two). Those that fail are stored, and the others
+        checked again."""
         inner, _ = _renames(root)
-        tops = _top_aggregates(inner)
-        if isinstance(inner, T.Aggregate) or not tops:
+        if isinstance(inner, T.Aggregate):
             return None
-        inline = {a: T.with_inputs(a, (self.below(a.child),)) for a in tops}
-        inline = {a: node for a, node in inline.items() if not self.is_stored(a)}
-        for _ in range(2):  # a stored aggregation changes the step's cuts: check the others again
-            if not inline:
-                return None
-            rel = _replace_aggregates(root, inline, self.materialize)
-            cuts = self.cuts(rel, space, set(space))
-            tasks = W.count(cuts, space)
-            boxes: dict[T.Rel, list[dict[str, tuple[int, int]]]] = {}
-            for ranges in W.waves(cuts, space):
-                for node, got in W.ranges_at(rel, ranges).items():
-                    boxes.setdefault(node, []).extend(got)
-            failed = [
-                a for a, node in inline.items() if not self._inlinable(node, tasks, boxes.get(node, []))
-            ]
-            if not failed:
-                return rel, cuts
-            for a in failed:
-                del inline[a]
+        ours = {r for r in T.nodes(inner) if isinstance(r, T.Aggregate) and not self.is_stored(r)}
+        while ours:  # each round stores one or more of them (and what is under those), or returns
+            rel, nodes = self._computing(root, ours)
+            if set(nodes) != ours:  # storing one stored some of them too: read those from their stage
+                ours = set(nodes)
+                continue
+            options = [self.cuts(rel, space, set(space))]
+            whole = self._whole(rel, space, list(nodes.values()))
+            if whole and any(options[0].get(k, 1) > 1 for k in whole):
+                other = self.cuts_keeping(rel, space, set(space), whole)
+                enough = min(self.threads, W.count(options[0], space))
+                if other is not None and W.count(other, space) >= enough:
+                    options.insert(0, other)
+            failed: set[T.Aggregate] = set()
+            for cuts in options:
+                tasks = W.count(cuts, space)
+                boxes = _boxes(rel, cuts, space)
+                failed = {
+                    a for a, node in nodes.items() if not self._inlinable(node, tasks, boxes.get(node, []))
+                }
+                if not failed:
+                    return rel, cuts
+            ours -= failed
         return None
+
+    def _computing(self, root: T.Rel, ours: set[T.Aggregate]) -> tuple[T.Rel, dict[T.Aggregate, T.Aggregate]]:
+        """``root`` with the aggregations in ``ours`` computed in it (over their own inputs, as rewritten)
+        and every other one stored; and {aggregation of ``ours`` left in it: its node there}."""
+        memo: dict[T.Rel, T.Rel] = {}
+        nodes: dict[T.Aggregate, T.Aggregate] = {}
+
+        def go(r: T.Rel) -> T.Rel:
+            if r not in memo:
+                if isinstance(r, T.Aggregate) and r not in ours:
+                    memo[r] = self.materialize(r)
+                else:
+                    memo[r] = T.with_inputs(r, tuple(go(c) for c in T.inputs(r)))
+                    if isinstance(r, T.Aggregate):
+                        nodes[r] = memo[r]
+            return memo[r]
+
+        rel = go(root)
+        return rel, {a: node for a, node in nodes.items() if not self.is_stored(a)}
+
+    def _whole(self, rel: T.Rel, space: Mapping[str, int], nodes: list[T.Rel]) -> set[str]:
+        """The labels of the last step ``rel`` that, cut in two alone, make two of its tasks compute the same
+        blocks of one of ``nodes`` (the aggregations it computes): the labels to leave whole for them."""
+        out: set[str] = set()
+        for k, n in space.items():
+            if n > 1:
+                boxes = _boxes(rel, {k: 2}, space)
+                if any(not _disjoint(node.schema, boxes.get(node, [])) for node in nodes):
+                    out.add(k)
+        return out
 
     def _inlinable(self, agg: T.Aggregate, tasks: int, reached: list[dict[str, tuple[int, int]]]) -> bool:
         """``agg`` (its inputs stored) computed in the last step, whose tasks reach it with ``reached``
@@ -684,23 +731,27 @@ class _Run(W.Stager):
         own = self.cuts(agg, space, set(agg.schema.keys))
         if any(c > 1 for k, c in own.items() if k not in agg.schema.keys) or W.count(own, space) > tasks:
             return False
-        keys = agg.schema.keys
-        boxes = [{k: got.get(k, (0, agg.schema.nblocks(k) - 1)) for k in keys} for got in reached]
-        return bool(boxes) and not any(
-            all(a[k][0] <= b[k][1] and b[k][0] <= a[k][1] for k in keys)
-            for i, a in enumerate(boxes)
-            for b in boxes[i + 1 :]
-        )
+        return bool(reached) and _disjoint(agg.schema, reached)
 
     def cuts(self, rel: T.Rel, space: Mapping[str, int], free: set[str]) -> dict[str, int]:
+        out = self.cuts_keeping(rel, space, free, set())
+        assert out is not None  # nothing kept whole: never None
+        return out
+
+    def cuts_keeping(
+        self, rel: T.Rel, space: Mapping[str, int], free: set[str], whole: set[str]
+    ) -> dict[str, int] | None:
         """The step's kernel calls: a task per combination of the blocks of every label it joins (the
         blocks EinDecomp chose for p = the cluster's threads). Past ``CALLS_PER_THREAD`` per thread (blocks
         finer than the plan's tiles: a stored tensor's own blocking, a block-size cap) neighbouring calls
         merge, along summed labels first (fewer partial blocks to combine); never coarser than a worker's
-        wave budget allows (``waves.choose_cuts``)."""
+        wave budget allows (``waves.choose_cuts``). Labels in ``whole`` are not cut (None if the budget
+        needs them cut)."""
         limit = CALLS_PER_THREAD * self.threads
         fit = W.choose_cuts(rel, space, self.budget, free)
-        cuts = dict(space)
+        if any(fit[k] > 1 for k in whole):
+            return None
+        cuts = {k: 1 if k in whole else n for k, n in space.items()}
         while W.count(cuts, space) > limit:
             pool = [k for k in space if k not in free and cuts[k] > fit[k]]
             pool = pool or [k for k in space if cuts[k] > fit[k]]
@@ -783,28 +834,25 @@ class _Run(W.Stager):
         return out
 
 
-def _top_aggregates(rel: T.Rel) -> list[T.Aggregate]:
-    """The aggregations of ``rel`` not under another one (``rel`` itself if it is one), once each."""
-    below = T.nodes(rel, stop=lambda r: isinstance(r, T.Aggregate))
-    return [r for r in below if isinstance(r, T.Aggregate)]
+def _boxes(rel: T.Rel, cuts: Mapping[str, int], space: Mapping[str, int]) -> dict[T.Rel, list[W.Ranges]]:
+    """The key ranges at which each node under ``rel`` is read by the tasks of ``cuts``, one entry per
+    task and per way it reads the node."""
+    out: dict[T.Rel, list[W.Ranges]] = {}
+    for ranges in W.waves(cuts, space):
+        for node, got in W.ranges_at(rel, ranges).items():
+            out.setdefault(node, []).extend(got)
+    return out
 
 
-def _replace_aggregates(
-    rel: T.Rel, inline: Mapping[T.Rel, T.Rel], store: Callable[[T.Aggregate], T.Rel]
-) -> T.Rel:
-    """``rel`` with each aggregation not under another one replaced: by its entry in ``inline``, else by
-    what ``store`` makes of it."""
-    memo: dict[T.Rel, T.Rel] = {}
-
-    def go(r: T.Rel) -> T.Rel:
-        if r not in memo:
-            if isinstance(r, T.Aggregate):
-                memo[r] = inline[r] if r in inline else store(r)
-            else:
-                memo[r] = T.with_inputs(r, tuple(go(c) for c in T.inputs(r)))
-        return memo[r]
-
-    return go(rel)
+def _disjoint(schema: T.Schema, reached: list[W.Ranges]) -> bool:
+    """Whether no two of ``reached`` (key ranges of a relation of ``schema``; a key not named: all of its
+    blocks) share a block."""
+    boxes = [{k: got.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys} for got in reached]
+    return not any(
+        all(a[k][0] <= b[k][1] and b[k][0] <= a[k][1] for k in schema.keys)
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+    )
 
 
 def _renames(rel: T.Rel) -> tuple[T.Rel, dict[str, str]]:
