@@ -664,7 +664,8 @@ class _Run(W.Stager):
         cuts make them overlap, the step is cut along the other labels alone if that still gives every
         thread a task (``_whole``: the skewed chain's add cut by columns only, so that D x E, too short to
         share by rows, runs in it: one stage instead of two). Those that fail are stored, and the others
-        checked again."""
+        checked again. None where the step with them does not fit a worker's wave budget at its cuts (their
+        own stages could cut the labels they sum away)."""
         inner, _ = _renames(root)
         if isinstance(inner, T.Aggregate):
             return None
@@ -681,6 +682,11 @@ class _Run(W.Stager):
                 enough = min(self.threads, W.count(options[0], space))
                 if other is not None and W.count(other, space) >= enough:
                     options.insert(0, other)
+            # the step with them must fit a worker's wave budget at its cuts; stages of their own could cut
+            # the labels they sum away to fit
+            options = [c for c in options if W.footprint(rel, W.largest(c, space)) <= self.budget]
+            if not options:
+                return None
             failed: set[T.Aggregate] = set()
             for cuts in options:
                 tasks = W.count(cuts, space)
@@ -724,8 +730,8 @@ class _Run(W.Stager):
         return out
 
     def _inlinable(self, agg: T.Aggregate, tasks: int, reached: list[dict[str, tuple[int, int]]]) -> bool:
-        """``agg`` (its inputs stored) computed in the last step, whose tasks reach it with ``reached``
-        (every wave's key ranges, one entry per way a wave reads it): see ``fused_last``."""
+        """``agg`` (over its inputs as the step computes them) computed in the last step, whose tasks reach it
+        with ``reached`` (every wave's key ranges, one entry per way a wave reads it): see ``fused_last``."""
         inner = agg.child.schema
         space = {k: inner.nblocks(k) for k in inner.keys}
         own = self.cuts(agg, space, set(agg.schema.keys))
