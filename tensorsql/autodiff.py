@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tensorsql import operators
 from tensorsql.errors import GradError
 from tensorsql.ir import expr as E
 
@@ -259,7 +260,7 @@ class _Backward:
         if fn == "abs":
             return g * ((x > 0) - (x < 0))
         if fn == "pow":
-            return g * self.s.map(x, "pow", float(p) - 1.0) * float(p)  # type: ignore[arg-type]
+            return g * operators.power(x, float(p) - 1.0) * float(p)  # type: ignore[arg-type]
         if fn == "scale":
             return g * float(p)  # type: ignore[arg-type]
         if fn == "square":

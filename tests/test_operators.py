@@ -100,6 +100,31 @@ def test_result_dtypes_follow_numpy(s):
     close(i32.astype(np.int64) * 2**40, np.arange(6, dtype=np.int64).reshape(2, 3) * 2**40)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "int32", "int64"])
+def test_squares_and_first_powers_take_numpys_fast_paths(s, dtype):
+    """``x ** 2`` is numpy's ``np.square`` (x * x, not libm's pow) and ``x ** 1`` is ``x``: real and integer
+    squares are numpy's bit for bit (integers wrap as numpy's do), complex ones within their rounding; other
+    exponents stay ``pow``."""
+    rng = np.random.default_rng(7)
+    x = (rng.standard_normal((5, 4)) * 1e5).astype(dtype)
+    if dtype.startswith("complex"):
+        x = x + 1j * x[::-1]
+    if dtype.startswith("int"):
+        x = x * (2**20 if dtype == "int64" else 1)  # squares past the type's range wrap
+    X_ = s.from_numpy(x)
+    sq = X_**2
+    assert isinstance(sq.node, E.Map) and sq.node.fn == "square"
+    if dtype.startswith("complex"):  # z * z: each part a difference or sum of two rounded products
+        bound = 4 * np.finfo(np.float32).eps * np.abs(x) ** 2
+        assert np.all(np.abs(sq.numpy() - x**2) <= bound)
+    else:
+        np.testing.assert_array_equal(sq.numpy(), x**2)
+    assert X_**1 is X_ and X_**1.0 is X_
+    if not dtype.startswith("int"):
+        cube = X_**3
+        assert isinstance(cube.node, E.Map) and (cube.node.fn, cube.node.param) == ("pow", 3.0)
+
+
 def test_a_chain_of_operators_is_one_plan(s):
     x = s.from_numpy(X)
     rel = (x @ x.T + 1).sum(0)
