@@ -133,9 +133,11 @@ def astype(x: TensorRelation, dtype: object) -> TensorRelation:
 
 
 def power(x: TensorRelation, exponent: object) -> TensorRelation:
-    """``x ** exponent``. As numpy does, ``x ** 2`` is ``square`` (x * x: libm's powf costs ~10x more per
-    element; an MSE loss's square and its gradient's ``x ** 1`` were 2% of a transformer step) and ``x ** 1``
-    is ``x``; any other exponent is the ``pow`` map."""
+    """``x ** exponent`` with numpy's fast paths: ``x ** 2`` is ``square`` (x * x: libm's powf costs ~10x
+    more per element; an MSE loss's square and its gradient's ``x ** 1`` were 2% of a transformer step),
+    ``x ** 1`` is ``x``, and on floats and complex ``x ** 0.5`` is ``sqrt`` (Adam's denominator; numpy's
+    ``(-0.0) ** 0.5`` is -0.0 and its complex square roots are ``sqrt``'s) and ``x ** -1`` is
+    ``reciprocal``. Any other exponent, and integers, are the ``pow`` map."""
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real):
         raise OperatorError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
     e = float(exponent)
@@ -143,6 +145,8 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
         return x
     if e == 2.0:
         return x.session.map(x, "square")
+    if x.dtype.kind in "fc" and e in (0.5, -1.0):
+        return x.session.map(x, "sqrt" if e == 0.5 else "reciprocal")
     return x.session.map(x, "pow", e)
 
 

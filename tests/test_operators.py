@@ -102,9 +102,10 @@ def test_result_dtypes_follow_numpy(s):
 
 @pytest.mark.parametrize("dtype", ["float32", "float64", "complex64", "int32", "int64"])
 def test_squares_and_first_powers_take_numpys_fast_paths(s, dtype):
-    """``x ** 2`` is numpy's ``np.square`` (x * x, not libm's pow) and ``x ** 1`` is ``x``: real and integer
-    squares are numpy's bit for bit (integers wrap as numpy's do), complex ones within their rounding; other
-    exponents stay ``pow``."""
+    """``x ** 2`` is numpy's ``np.square`` (x * x, not libm's pow), ``x ** 1`` is ``x``, and on floats and
+    complex ``x ** 0.5`` and ``x ** -1`` are ``sqrt`` and ``reciprocal``: real and integer results are numpy's
+    bit for bit (integers wrap as numpy's do), complex ones within their rounding; other exponents, and
+    integers' fractional or negative ones, stay ``pow``."""
     rng = np.random.default_rng(7)
     x = (rng.standard_normal((5, 4)) * 1e5).astype(dtype)
     if dtype.startswith("complex"):
@@ -123,6 +124,21 @@ def test_squares_and_first_powers_take_numpys_fast_paths(s, dtype):
     if not dtype.startswith("int"):
         cube = X_**3
         assert isinstance(cube.node, E.Map) and (cube.node.fn, cube.node.param) == ("pow", 3.0)
+        for e, fn in ((0.5, "sqrt"), (-1, "reciprocal")):  # numpy's own np.sqrt and np.reciprocal
+            got = X_**e
+            assert isinstance(got.node, E.Map) and got.node.fn == fn
+            with np.errstate(invalid="ignore", divide="ignore"):  # roots of negatives: NaN, as numpy
+                want = x**e
+            if dtype.startswith("complex"):  # complex sqrt and division: within a few roundings of |result|
+                assert np.all(np.abs(got.numpy() - want) <= 4 * np.finfo(np.float32).eps * np.abs(want))
+            else:
+                np.testing.assert_array_equal(got.numpy(), want)
+        edges = np.array([-0.0, 4.0, np.inf], dtype=x.real.dtype)
+        roots = (s.from_numpy(edges) ** 0.5).numpy()
+        np.testing.assert_array_equal(roots, edges**0.5)  # [-0.0, 2, inf], as numpy
+        assert np.signbit(roots[0])
+    else:  # integers stay pow: ** 0.5 promotes to float64 as numpy does
+        assert (X_**0.5).node.fn == "pow" and (X_**0.5).dtype == np.float64
 
 
 def test_a_chain_of_operators_is_one_plan(s):
