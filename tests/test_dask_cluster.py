@@ -69,6 +69,31 @@ def test_a_stage_runs_on_every_worker(cs):
     assert "runs blocks i=0..1" in text and "runs blocks i=2..3" in text
 
 
+def test_a_runs_stages_reach_the_scheduler_as_one_graph_and_run_where_placed(cs, monkeypatch):
+    """All stages' tasks go in one message (per-task submits reached the workers ~7 ms apart, each held by
+    the client's batched stream), each with its worker as a restriction the scheduler keeps."""
+    x = np.random.default_rng(5).standard_normal((64, 64))
+    graphs, submits, placed = [], [], {}
+    get, submit, add = cs.client.get, cs.client.submit, DX._Batch.add
+
+    def placing(batch, key, fn, *args, worker):
+        placed[key] = worker
+        return add(batch, key, fn, *args, worker=worker)
+
+    monkeypatch.setattr(cs.client, "get", lambda g, ks, **kw: graphs.append(list(ks)) or get(g, ks, **kw))
+    monkeypatch.setattr(cs.client, "submit", lambda fn, *a, **kw: submits.append(fn) or submit(fn, *a, **kw))
+    monkeypatch.setattr(DX._Batch, "add", placing)
+    a = cs.from_numpy(x, block_shape=(16, 16))
+    rel = cs.einsum("ij,ij->", a, a)  # one block: its sum cut, partials on both workers, then combined
+    with distributed.get_task_stream(cs.client) as stream:
+        assert_einsum_close(rel.numpy(), "ij,ij->", x, x)
+    assert len(cs.executor.last_run) == 2 and DX.run_part not in submits
+    assert len(graphs) == 1 and sorted(graphs[0]) == sorted(placed) and len(placed) == 3
+    assert len(set(placed.values())) == 2
+    ran = {t["key"]: t["worker"] for t in stream.data if t["key"] in placed}
+    assert ran == placed
+
+
 def test_the_last_join_computes_the_products_under_it_in_its_own_tasks(cs):
     """(A x B) + (C x (D x E)) on stored square operands: D x E is a stage, and the last step's tasks each
     compute their rows of A x B and C x DE and add them (no stage per product, none for the add)."""

@@ -173,6 +173,41 @@ def _view(i: int) -> str:
     return f"_ts_in_{i}"
 
 
+class _Batch:
+    """A run's tasks, sent to the scheduler together as one graph. ``client.submit`` sends a message per
+    task, and the client's batched stream holds each message after the first for up to its interval (10 ms):
+    a stage's tasks reached their workers ~7 ms apart, and the stage ended with its last. Each task asks for
+    its worker, a restriction the scheduler may break (``allow_other_workers``: a lost worker's tasks run
+    elsewhere). ``add`` returns the task's future at once, for later tasks of the run to read."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.tasks: dict[str, Any] = {}
+        self.where: dict[str, list[str]] = {}
+        #: the futures ``add`` handed out, held until the graph is sent (the keys stay wanted meanwhile)
+        self.futures: list[Any] = []
+
+    def add(self, key: str, fn: Callable[..., Any], *args: Any, worker: str) -> Any:
+        from dask._task_spec import Task, parse_input
+
+        self.tasks[key] = Task(key, fn, *(parse_input(a) for a in args))
+        self.where[key] = [worker]
+        fut = distributed.Future(key, self.client)
+        self.futures.append(fut)
+        return fut
+
+    def send(self) -> None:
+        if not self.tasks:
+            return
+        from dask.highlevelgraph import HighLevelGraph, MaterializedLayer
+
+        name = f"tensorsql-run-{uuid.uuid4().hex}"
+        layer = MaterializedLayer(self.tasks, annotations={"workers": self.where.__getitem__})
+        graph = HighLevelGraph({name: layer}, {name: set()})
+        self.client.get(graph, list(self.tasks), sync=False, allow_other_workers=True)
+        self.tasks, self.where, self.futures = {}, {}, []
+
+
 def _read_whole(ast: exp.Expression, views: set[str]) -> exp.Expression:
     """``ast`` with each read of a task's input view behind ``OFFSET 0``: DuckDB then scans the registered
     Arrow table in place and filters after the scan. A filter or a join's key filter pushed into an Arrow
@@ -602,6 +637,7 @@ class DaskExecutor:
         root = leaf(plan.tra)
         run.rels.update(temps)
         result = run.last(root)
+        run.batch.send()
         self._last_run = run.reports
         return result
 
@@ -625,6 +661,8 @@ class _Run(W.Stager):
         self.memo = sql.setdefault((self.threads, self.budget), {})
         self.reports: list[StageReport] = []
         self.stored: set[str] = set()
+        #: the stages' tasks, sent once the plan is cut (``_execute``)
+        self.batch = _Batch(ex.client)
 
     def store(
         self, rel: T.Rel, space: Mapping[str, int], cuts: Mapping[str, int], schema: T.Schema, what: str
@@ -819,17 +857,7 @@ class _Run(W.Stager):
             rels = [DistRel(self.rels[name].schema, columns=self.rels[name].columns) for name in inputs]
             args = [[p.future for p in parts] for _, parts in inputs.values()]
             keys = [[p.future.key for p in parts] for _, parts in inputs.values()]
-            fut = self.ex.client.submit(
-                run_part,
-                sql,
-                rels,
-                args,
-                keys,
-                key=self.ex._key("part"),
-                workers=[addr],
-                allow_other_workers=True,
-                pure=False,
-            )
+            fut = self.batch.add(self.ex._key("part"), run_part, sql, rels, args, keys, worker=addr)
             report.tasks.append(fut.key)
             report.futures.append(fut)
             box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
