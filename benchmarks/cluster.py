@@ -3,7 +3,9 @@ tensorsql on the cluster with each strategy (time; the bytes fed to its kernel c
 model counts them and as the workers measured them, and of those the bytes that came from other workers;
 the planner's modelled cost), ``dask.array`` on the same workers (dask's own chunks and hand-chosen ones), and
 single-process tensorsql on the same machine, and numpy's own GEMMs in one process (the time the chain's
-FLOPs take on this machine's cores: no plan on the same cores can be much faster).
+FLOPs take on this machine's cores: no plan on the same cores can be much faster). Each tensorsql row also
+gives the CPU time per run of every process it uses (the client's with its scheduler, and each worker's):
+on a machine whose cores the workers fill, the distributed overhead is that CPU over the one-process run's.
 
 Run: ``python -m benchmarks.cluster [--workers 2,4] [--s-square 1024] [--s-skewed 2000] [--repeat 3]``.
 Timing: one warm-up run, then the best of ``--repeat``; inputs are uploaded once (relations), as dask.array
@@ -13,6 +15,7 @@ inputs are persisted once.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 import warnings
 
@@ -23,13 +26,27 @@ from benchmarks.chain import STRATEGIES, chain, shapes
 
 
 def _best(fn, repeat: int) -> tuple[float, object]:
+    secs, out, _ = _timed(fn, repeat, [])
+    return secs, out
+
+
+def _timed(fn, repeat: int, pids: list[int]) -> tuple[float, object, float]:
+    """(best seconds, last result, CPU seconds per run of the processes ``pids``, over the timed runs)."""
+    import psutil
+
+    procs = [psutil.Process(p) for p in pids]
+
+    def cpu() -> float:
+        return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+
     out = fn()
     best = float("inf")
+    c0 = cpu()
     for _ in range(repeat):
         t = time.perf_counter()
         out = fn()
         best = min(best, time.perf_counter() - t)
-    return best, out
+    return best, out, (cpu() - c0) / max(1, repeat)
 
 
 def _dask_array(client, arrays: dict[str, np.ndarray], chunks: object, repeat: int) -> float:
@@ -55,50 +72,58 @@ def main(argv: list[str] | None = None) -> None:
         for kind, size in (("square", args.s_square), ("skewed", args.s_skewed))
     }
     single: dict[str, float] = {}
+    single_cpu: dict[str, float] = {}
     floor: dict[str, float] = {}
     for kind, a in cases.items():  # numpy's own GEMMs in this process: what the chain's FLOPs take here
         floor[kind], _ = _best(lambda a=a: a["A"] @ a["B"] + a["C"] @ (a["D"] @ a["E"]), args.repeat)
     with ts.connect(threads=2) as s:
         for kind, arrays in cases.items():
             rels = {k: s.from_numpy(v) for k, v in arrays.items()}
-            single[kind], _ = _best(lambda s=s, rels=rels: chain(s, rels, "eindecomp").numpy(), args.repeat)
+            single[kind], _, single_cpu[kind] = _timed(
+                lambda s=s, rels=rels: chain(s, rels, "eindecomp").numpy(), args.repeat, [os.getpid()]
+            )
     for workers in (int(w) for w in args.workers.split(",")):
         with ts.connect(workers=workers) as cs:
+            # the client's process (with the LocalCluster's scheduler) and the workers' processes
+            pids = [os.getpid(), *cs.client.run(os.getpid).values()]
             for kind, arrays in cases.items():
                 want = arrays["A"] @ arrays["B"] + arrays["C"] @ (arrays["D"] @ arrays["E"])
                 print(f"\n{kind} chain, {workers} workers x 1 thread, p={cs.p}")
                 print(
                     f"  {'run':28s} {'time (s)':>9s} {'model MB':>9s} {'fed MB':>8s} {'fed/model':>9s} "
-                    f"{'network MB':>10s} {'model cost':>11s}"
+                    f"{'network MB':>10s} {'model cost':>11s} {'CPU/run ms':>10s}"
                 )
-                times = {}
+                times, cpus = {}, {}
                 for strategy in STRATEGIES:
                     rels = {k: cs.from_numpy(v) for k, v in arrays.items()}
                     rel = chain(cs, rels, strategy)
-                    secs, out = _best(rel.numpy, args.repeat)
+                    secs, out, cpu = _timed(rel.numpy, args.repeat, pids)
                     np.testing.assert_allclose(out, want, rtol=2e-3, atol=2e-2 * np.abs(want).max())
                     stages = cs.executor.last_run
                     model = sum(st.modelled for st in stages) / 1e6
                     fed = sum(st.fed or 0 for st in stages) / 1e6
                     moved = sum(st.moved or 0 for st in stages) / 1e6
                     times[strategy] = secs
+                    cpus[strategy] = cpu
                     cost = rel.plan().info.cost or 0.0
                     print(
                         f"  tensorsql {strategy:18s} {secs:9.3f} {model:9.2f} {fed:8.2f} {fed / model:9.3f} "
-                        f"{moved:10.2f} {cost:11.4e}"
+                        f"{moved:10.2f} {cost:11.4e} {1e3 * cpu:10.1f}"
                     )
                 auto = _dask_array(cs.client, arrays, "auto", args.repeat)
                 side = max(1, max(arrays["A"].shape) // 2)  # half the chain's long side
                 hand = _dask_array(cs.client, arrays, (side, side), args.repeat)
                 print(f"  {'dask.array, auto chunks':28s} {auto:9.3f}")
                 print(f"  {'dask.array, ' + str(side) + '^2 chunks':28s} {hand:9.3f}")
-                print(f"  {'tensorsql, one process':28s} {single[kind]:9.3f}")
+                one = f"{1e3 * single_cpu[kind]:.1f}"
+                print(f"  {'tensorsql, one process':28s} {single[kind]:9.3f} {'':52s} {one:>10s}")
                 print(f"  {'numpy, one process':28s} {floor[kind]:9.3f}")
                 e = times["eindecomp"]
                 print(
                     f"  eindecomp: {times['sqrt'] / e:.2f}x faster than sqrt, "
                     f"{min(auto, hand) / e:.2f}x than dask.array's best, "
-                    f"{e / single[kind]:.2f}x the single-process time; "
+                    f"{e / single[kind]:.2f}x the single-process time "
+                    f"({cpus['eindecomp'] / single_cpu[kind]:.2f}x its CPU); "
                     f"dask.array's best is {min(auto, hand) / floor[kind]:.2f}x numpy's one-process time"
                 )
 
