@@ -8,8 +8,9 @@ The rules, for a node ``Z`` whose adjoint is ``G`` (the gradient of the loss wit
 
 - EinSum ``Z[lz] = agg over the other labels of f(X[lx], Y[ly])``: the adjoint of the joined tensor ``J``
   (every label, before aggregation) is ``G`` for sum, ``G`` where ``J`` equals ``Z`` for max and min (the
-  arg-max mask: ties each get ``G``), and ``G * Z / J`` for prod. Then ``dX`` sums ``dJ * df/dx`` over
-  the labels ``X`` lacks (numpy's einsum rule for multiply/sum: keep the other operand, swap in the output).
+  arg-max mask; ``k`` tied elements each get ``G / k``, as torch's ``amax``), and ``G * Z / J`` for prod.
+  Then ``dX`` sums ``dJ * df/dx`` over the labels ``X`` lacks (numpy's einsum rule for multiply/sum: keep
+  the other operand, swap in the output).
   A label ``X`` repeats (a diagonal) gets its gradient on the diagonal only, through an identity matrix; a
   size-1 dimension ``X`` broadcast gets the sum over it.
 - Maps: the derivative of each map (``exp``: ``G * Z``, ``relu``: ``G`` where ``X > 0``, ...); casts pass
@@ -204,7 +205,10 @@ class _Backward:
         if node.agg in ("max", "min"):
             joint = joined(node.join) if len(operands) == 2 else self.call(operands, space)
             mask = self.call([(joint, space), (self.rel(node), node.out_labels)], space, join="equal")
-            dj.append((mask, space))
+            # tied elements share G evenly (torch's amax): each getting all of it counted G once per tie, as
+            # in max_j max(a, b_j) where a exceeds every b_j (da = 1, not the number of j)
+            ties = self.call([(mask, space)], node.out_labels)
+            dj += [(mask, space), (self.s.map(ties, "reciprocal"), node.out_labels)]
         elif node.agg == "prod":
             joint = joined(node.join) if len(operands) == 2 else self.call(operands, space)
             dj += [(self.rel(node), node.out_labels), (self.s.map(joint, "reciprocal"), space)]
@@ -260,6 +264,8 @@ class _Backward:
         if fn == "abs":
             return g * ((x > 0) - (x < 0))
         if fn == "pow":
+            if float(p) == 0.0:  # x ** 0 is 1 everywhere: no gradient (0 * x ** -1 would be NaN at 0)
+                return g * 0.0
             return g * operators.power(x, float(p) - 1.0) * float(p)  # type: ignore[arg-type]
         if fn == "scale":
             return g * float(p)  # type: ignore[arg-type]

@@ -588,11 +588,14 @@ class Session:
             exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "from_table"
         )
         names = [str(d[0]) for d in described]
-        missing = [c for c in [*(cols or []), *order] if c not in names]
+        spelled = {n.lower(): n for n in names}  # DuckDB matches names case-insensitively
+        missing = [c for c in [*(cols or []), *order] if c.lower() not in spelled]
         if missing:
             raise ConfigError(f"from_table: no column {missing[0]!r} in {table!r} (columns: {names})")
+        order = [spelled[c.lower()] for c in order]
         if cols is None:
             cols = [n for n in names if n not in order]
+        cols = [spelled[c.lower()] for c in cols]
         if not cols:
             raise ConfigError(f"from_table: {table!r} has no feature columns besides rows_by={order}")
         types = {str(d[0]): d for d in described}

@@ -167,6 +167,33 @@ def test_no_gradient_flows_into_a_softmax_shift(s, fn):
     assert "equal" in {n.join for n in E.topological(h.node) if isinstance(n, E.EinSum)}
 
 
+def test_tied_maxima_share_the_gradient(s):
+    """``k`` elements tied for a max or min each get ``G / k`` (torch's ``amax``): the gradient of a function
+    that is smooth where the ties come from the join's plateau, max_j max(a, b_j) = a, is 1, not the count."""
+    a, b = s.from_numpy(np.array([5.0, 0.5])), s.from_numpy(np.array([1.0, 2.0, 3.0]))
+    for agg in ("max", "min"):
+        ga, gb = ts.grad(s.einsum("i,j->i", a, b, join="max", agg=agg).sum(), [a, b])
+        want_b = [0.0, 0.0, 1.0] if agg == "max" else [1.0, 0.0, 0.0]  # b wins for a = 0.5
+        np.testing.assert_array_equal(ga.numpy(), [1.0, 0.0])
+        np.testing.assert_array_equal(gb.numpy(), want_b)
+    x = np.array([[1.0, 3.0, 3.0, 2.0], [4.0, 4.0, 4.0, 0.0]])
+    w = np.array([2.0, 6.0])
+    X = s.from_numpy(x)
+    (g,) = ts.grad((s.einsum("ij->i", X, agg="max") * w).sum(), [X])
+    np.testing.assert_allclose(g.numpy(), [[0, 1, 1, 0], [2, 2, 2, 0]], rtol=1e-15)
+    (g,) = ts.grad(s.einsum("ij->", X, agg="min"), [X])
+    np.testing.assert_allclose(g.numpy(), [[0, 0, 0, 0], [0, 0, 0, 1]], rtol=1e-15)
+
+
+def test_a_zeroth_power_has_zero_gradient_also_at_zero(s):
+    x = np.array([0.0, -0.0, 1.5, -2.0])
+    X = s.from_numpy(x)
+    (g,) = ts.grad((X**0).sum(), [X])
+    np.testing.assert_array_equal(g.numpy(), np.zeros(4))
+    (g,) = ts.grad((ts.pow(X, 0) * X).sum(), [X])
+    np.testing.assert_array_equal(g.numpy(), np.ones(4))
+
+
 def test_casts(s):
     """float64 -> float32 -> float64: the gradient passes each cast back in the input's dtype. Finite
     differences cannot see through float32's rounding at this step, so the closed form is the reference."""

@@ -297,6 +297,76 @@ def test_fit_errors(s, separable):
         ml.fit(softmax, "SELECT f0, f1 AS label FROM points", label="label", progress=False)
 
 
+@pytest.mark.parametrize("cache", [True, False])
+def test_columns_named_like_fits_own_helper_columns(s, cache, monkeypatch):
+    """A source column named as a helper column of the shuffle (``_ts_pos``, ``_ts_hash``) or of
+    ``from_table`` (``_ts_row``) is a column like any other: every row trained on, in the right order."""
+    n = 20
+    x = np.arange(n) * 0.1
+    y = (np.arange(n) % 2).astype(np.int32)
+    table(s, "clash", {"_ts_pos": x - 1.0, "_ts_hash": x, "_TS_ROW": -x, "y": y})
+    seen, real = [], train.Stepper.step
+    monkeypatch.setattr(train.Stepper, "step", lambda me, a, b: seen.append(np.array(a)) or real(me, a, b))
+    model = ml.LogisticRegression(s, 3, dtype="float64")
+    ml.fit(model, "clash", ["_ts_pos", "_ts_hash", "_TS_ROW"], "y", epochs=1, batch_size=8, cache=cache,
+           progress=False)  # fmt: skip
+    rows = np.concatenate(seen)
+    assert len(rows) == n
+    np.testing.assert_allclose(np.sort(rows[:, 1]), x, rtol=1e-15)
+    np.testing.assert_allclose(rows[:, 0], rows[:, 1] - 1.0, rtol=1e-15)
+    np.testing.assert_allclose(rows[:, 2], -rows[:, 1], rtol=1e-15)
+    got = s.from_table("SELECT _ts_hash, _ts_pos, _TS_ROW FROM clash", rows_by="_ts_hash").numpy()
+    np.testing.assert_allclose(got, np.stack([x - 1.0, -x], axis=1), rtol=1e-15)
+
+
+def test_column_names_match_as_duckdb_matches_them(s, separable):
+    """Case-insensitively, as in SQL: ``F0`` is the column ``f0``."""
+    x, _ = separable
+    a, b = ml.LogisticRegression(s, 2, dtype="float64"), ml.LogisticRegression(s, 2, dtype="float64")
+    ha = ml.fit(a, "points", ["f0", "f1"], "label", epochs=1, batch_size=400, progress=False)
+    hb = ml.fit(b, "points", ["F0", "f1"], "LABEL", epochs=1, batch_size=400, progress=False)
+    assert ha.losses == hb.losses
+    got = s.from_table("SELECT f0, F1 FROM points", columns=["F0", "f1"]).numpy()
+    np.testing.assert_array_equal(got, x[:, :2])
+
+
+def test_mse_against_integer_predictions_keeps_float_targets(s):
+    pred = s.from_numpy(np.arange(3))
+    np.testing.assert_allclose(ml.mse(pred, np.full(3, 0.5)).numpy(), np.mean((np.arange(3) - 0.5) ** 2))
+    assert ml.mse(s.from_numpy(np.arange(3.0, dtype=np.float32)), np.full(3, 0.5)).dtype == "float32"
+
+
+def test_bad_model_arguments_are_typed_errors(s):
+    for seed in ("1", 1.5, -1, True):
+        with pytest.raises(ts.ConfigError, match="seed must be a non-negative int"):
+            ml.LinearRegression(s, 2, seed=seed)
+    model = ml.LinearRegression(s, 2, dtype="float64", seed=np.int64(3))
+    with pytest.raises(ts.ConfigError, match=r"model must be a tensorsql\.ml model"):
+        ml.fit("model", "points", ["f0"], "label", progress=False)
+    with pytest.raises(ts.ShapeError, match=r"set_params takes 2 weights \('W', 'b'\), got 1"):
+        model.set_params([s.from_numpy(np.zeros(2))])
+    with pytest.raises(ts.DTypeError, match=r"W must be float64 .* got int64"):
+        model.set_params([s.from_numpy(np.zeros(2, dtype=np.int64)), s.from_numpy(np.array(0.0))])
+    with pytest.raises(ts.DTypeError, match="features must be numbers, got an array of <U1"):
+        model.predict(np.array([["a", "b"]]))
+    opt = ml.Adam(0.1)
+    opt.step([s.from_numpy(np.ones((3, 2)))], [s.from_numpy(np.ones((3, 2)))])
+    with pytest.raises(ts.ShapeError, match=r"parameter 0 has shape \(1, 2\), but the optimizer's 'm'"):
+        opt.step([s.from_numpy(np.ones((1, 2)))], [s.from_numpy(np.ones((1, 2)))])
+
+
+def test_a_checkpoint_of_another_optimizer_is_a_config_error(s, separable):
+    feats = ["f0", "f1", "f2", "f3"]
+    ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=1, batch_size=600,
+           optimizer=ml.SGD(0.1), checkpoint="ck_sgd", progress=False)  # fmt: skip
+    with pytest.raises(ts.ConfigError, match=r"'ck_sgd' \(epoch 1\) lacks ck_sgd__e1__W__m.*Adam"):
+        ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=2,
+               batch_size=600, optimizer=ml.Adam(0.1), checkpoint="ck_sgd", progress=False)  # fmt: skip
+    with pytest.raises(ts.ConfigError, match=r"'ck_sgd' does not fit this model: .*must be float32"):
+        ml.fit(ml.LogisticRegression(s, 4), "points", feats, "label", epochs=2, batch_size=600,
+               optimizer=ml.SGD(0.1), checkpoint="ck_sgd", progress=False)  # fmt: skip
+
+
 def test_scoring_in_sql_equals_the_model(s, separable):
     """A saved model scores new rows with one statement (``predict`` in ``s.sql``), INSERT ... SELECT too."""
     x, _ = separable

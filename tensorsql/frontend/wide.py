@@ -28,6 +28,17 @@ def _ident(name: object, what: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
 
+def unused(name: str, columns: Sequence[str]) -> str:
+    """``name``, or ``name_1``, ``name_2``, ...: the first that is none of the source's ``columns`` (DuckDB
+    matches names case-insensitively), so a helper column never hides or duplicates one of the user's."""
+    taken = {c.lower() for c in columns}
+    out, i = name, 0
+    while out.lower() in taken:
+        i += 1
+        out = f"{name}_{i}"
+    return out
+
+
 def source(table: object, columns: Sequence[str] | None) -> tuple[exp.Expression, list[str] | None]:
     """The rows to read: a table name (its ``columns``), or a SELECT (its own columns, or ``columns``)."""
     if not isinstance(table, str) or not table.strip():
@@ -60,11 +71,12 @@ def cells_query(
     """``(row, feature, value)`` of every row and feature: rows numbered in ``rows_by`` order (the source's
     order without it), a NULL feature replaced by ``fill`` or stopping the statement with an error naming
     the column and the row."""
+    row = unused(ROW, columns)
     order = [exp.Ordered(this=exp.column(_ident(c, "rows_by"))) for c in rows_by]
     window = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=order) if order else None)
     numbered = exp.select(
         *[exp.column(_ident(c, "a column")) for c in columns],
-        exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), ROW, quoted=True),
+        exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), row, quoted=True),
     ).from_(src.as_(SRC) if isinstance(src, exp.Table) else exp.Subquery(this=src.this, alias=SRC))
     parts: list[exp.Query] = []
     for j, name in enumerate(columns):
@@ -76,7 +88,7 @@ def cells_query(
             message = exp.func(
                 "concat",
                 exp.Literal.string(f"from_table: column {name!r} is NULL in row "),
-                exp.column(ROW, quoted=True),
+                exp.column(row, quoted=True),
                 exp.Literal.string(" (give fill= to replace NULLs)"),
             )
             value = exp.Case(
@@ -88,7 +100,7 @@ def cells_query(
                 default=value,
             )
         parts.append(
-            exp.select(exp.column(ROW, quoted=True), exp.Literal.number(j), value).from_("_ts_numbered")
+            exp.select(exp.column(row, quoted=True), exp.Literal.number(j), value).from_("_ts_numbered")
         )
     body: exp.Query = parts[0]
     for p in parts[1:]:
@@ -110,4 +122,4 @@ def check_types(description: list[tuple], columns: list[str]) -> None:
             )
 
 
-__all__ = ["cells_query", "check_types", "source"]
+__all__ = ["cells_query", "check_types", "source", "unused"]

@@ -18,8 +18,12 @@ if TYPE_CHECKING:
 def _pair(pred: TensorRelation, target: object, what: str) -> TensorRelation:
     from tensorsql.relation import TensorRelation
 
-    if not isinstance(target, TensorRelation):  # an array takes the predictions' dtype
-        target = np.asarray(target, dtype=pred.dtype)
+    if not isinstance(target, TensorRelation):
+        # an array takes the predictions' float dtype (float32 predictions stay float32); against integer
+        # predictions, numpy's promotion (a float target is not truncated to the predictions' integers)
+        arr = np.asarray(target)
+        kind = np.dtype(pred.dtype).kind
+        target = arr.astype(pred.dtype if kind in "fc" else np.result_type(pred.dtype, arr.dtype), copy=False)
     t = pred.session.as_relation(target)
     if t.shape != pred.shape:
         raise ShapeError(f"{what}: the targets have shape {t.shape}, the predictions {pred.shape}")

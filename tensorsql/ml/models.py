@@ -13,7 +13,7 @@ import numpy as np
 from sqlglot import exp
 
 from tensorsql import api
-from tensorsql.errors import ConfigError, ShapeError
+from tensorsql.errors import ConfigError, DTypeError, ShapeError
 from tensorsql.ml import losses
 
 if TYPE_CHECKING:
@@ -40,9 +40,11 @@ class Model:
     def __init__(self, session: Session, dtype: str = "float32", seed: int = 0) -> None:
         if dtype not in ("float32", "float64"):
             raise ConfigError(f"{type(self).__name__}: dtype must be float32 or float64, got {dtype!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+            raise ConfigError(f"{type(self).__name__}: seed must be a non-negative int, got {seed!r}")
         self.session = session
         self.dtype = dtype
-        self.seed = seed
+        self.seed = int(seed)
         self.params: dict[str, TensorRelation] = {}
 
     # -- to override ---------------------------------------------------------------------------------------
@@ -76,7 +78,10 @@ class Model:
                 raise ShapeError("the features belong to another session than the model")
             shape = x.shape
         else:
-            x = np.ascontiguousarray(x, dtype=self.dtype)
+            arr = np.asarray(x)
+            if arr.dtype.kind not in "biuf":
+                raise DTypeError(f"{self.kind}: features must be numbers, got an array of {arr.dtype}")
+            x = np.ascontiguousarray(arr, dtype=self.dtype)
             shape = x.shape
         if len(shape) != 2 or shape[1] != self.n_features:
             raise ShapeError(f"{self.kind}: features must be (rows, {self.n_features}), got shape {shape}")
@@ -94,9 +99,18 @@ class Model:
             self.params[name] = self.session.from_numpy(value.astype(self.dtype))
 
     def set_params(self, params: list[TensorRelation]) -> None:
+        if len(params) != len(self.names):
+            raise ShapeError(
+                f"{self.kind}: set_params takes {len(self.names)} weights {self.names}, got {len(params)}"
+            )
         for name, rel in zip(self.names, params, strict=True):
             if rel.shape != self.params[name].shape:
                 raise ShapeError(f"{self.kind}: {name} has shape {self.params[name].shape}, got {rel.shape}")
+            if rel.dtype != self.dtype:
+                raise DTypeError(
+                    f"{self.kind}: {name} must be {self.dtype} (the model's dtype), got {rel.dtype}"
+                )
+        for name, rel in zip(self.names, params, strict=True):
             self.params[name] = rel
 
     def weights(self) -> dict[str, np.ndarray]:

@@ -50,6 +50,14 @@ class Optimizer:
         elif len(self.state) != len(params):
             held = len(self.state)
             raise ShapeError(f"step: the optimizer holds state for {held} parameters, got {len(params)}")
+        else:  # its state would broadcast against another parameter's shape, and change the parameter's
+            for i, (p, st) in enumerate(zip(params, self.state, strict=True)):
+                for name, v in st.items():
+                    if v.shape != p.shape:
+                        raise ShapeError(
+                            f"step: parameter {i} has shape {p.shape}, but the optimizer's {name!r} state "
+                            f"for it has shape {v.shape} (an optimizer steps one set of parameters)"
+                        )
         self.steps += 1
         factors = self.factors(self.steps)
         out: list[TensorRelation] = []

@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from tensorsql.autodiff import grad
-from tensorsql.errors import ConfigError, TensorSQLError
+from tensorsql.errors import ConfigError, DTypeError, ShapeError, TensorSQLError
 from tensorsql.frontend import wide
 from tensorsql.ml.optim import SGD, Optimizer
 
@@ -85,6 +85,12 @@ def fit(
     SELECT's own columns less ``label`` when omitted), ``label`` its target column. ``cache``: read the
     rows once and keep them in memory (None: when they take at most ``CACHE_BYTES``); else every epoch
     reads its shuffled rows from DuckDB a chunk at a time. Either way DuckDB shuffles, in the same order."""
+    from tensorsql.ml.models import Model
+
+    if not isinstance(model, Model):
+        raise ConfigError(
+            f"fit: model must be a tensorsql.ml model (LinearRegression, MLP, ...), got {model!r}"
+        )
     s = model.session
     optimizer = optimizer if optimizer is not None else SGD(0.1)
     for value, what in ((epochs, "epochs"), (batch_size, "batch_size")):
@@ -103,12 +109,15 @@ def fit(
     probe = src.this if isinstance(src, exp.Subquery) else exp.select(exp.Star()).from_(src)
     _, described = local.describe(exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "fit")
     names = [str(d[0]) for d in described]
-    if label not in names:
+    spelled = {n.lower(): n for n in names}  # DuckDB's names match case-insensitively: the source's spelling
+    if label.lower() not in spelled:
         raise ConfigError(f"fit: no label column {label!r} in the source (columns: {names})")
+    label = spelled[label.lower()]
     feats = list(cols) if cols is not None else [n for n in names if n != label]
-    missing = [c for c in feats if c not in names]
+    missing = [c for c in feats if c.lower() not in spelled]
     if missing:
         raise ConfigError(f"fit: no feature column {missing[0]!r} in the source (columns: {names})")
+    feats = [spelled[c.lower()] for c in feats]
     if label in feats:
         raise ConfigError(f"fit: the label {label!r} is also among the features")
     types = {str(d[0]): d for d in described}
@@ -294,7 +303,8 @@ class _Cached(_Rows):
         self.pool: ThreadPoolExecutor | None = None  # made at the first big gather (inside fit's try)
         src = exp.Subquery(this=probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         columns = [*feats, label]
-        query = exp.select(*[_col(c) for c in columns], exp.alias_(_row_hash(columns), _HASH, quoted=True))
+        hashed = wide.unused(_HASH, columns)
+        query = exp.select(*[_col(c) for c in columns], exp.alias_(_row_hash(columns), hashed, quoted=True))
         self.x = np.empty((n, len(feats)), dtype=model.dtype)
         ys: list[np.ndarray] = []
         hashes: list[pa.Array] = []
@@ -306,7 +316,7 @@ class _Cached(_Rows):
                 raise ConfigError(f"fit: the source returned more than the {n} rows it counted (it changed)")
             _, y = _matrix(batch, feats, label, model, self.x[at : at + batch.num_rows])
             ys.append(y)
-            hashes.append(batch.column(_HASH))
+            hashes.append(batch.column(hashed))
             at += batch.num_rows
 
         local.read_batches(lambda: query.from_(src), consume)  # type: ignore[attr-defined]
@@ -374,7 +384,8 @@ class _Streamed(_Rows):
             this=exp.Window(this=exp.Anonymous(this="row_number", expressions=[]), order=order),
             expression=exp.Literal.number(1),
         )
-        rows = exp.select(*[_col(c) for c in columns], exp.alias_(number, _POS, quoted=True)).from_(
+        at = wide.unused(_POS, columns)
+        rows = exp.select(*[_col(c) for c in columns], exp.alias_(number, at, quoted=True)).from_(
             exp.Subquery(this=self.probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         )
         create = exp.Create(
@@ -385,12 +396,12 @@ class _Streamed(_Rows):
         )
         self.local.query(create, "fit: shuffling the rows")  # type: ignore[attr-defined]
         for lo in range(0, self.n, self.chunk):
-            pos = _col(_POS)
+            pos = _col(at)
             query = (
                 exp.select(*[_col(c) for c in columns])
                 .from_(exp.Table(this=_ident(self.table)))
                 .where(exp.and_(pos >= lo, pos.copy() < lo + self.chunk))
-                .order_by(_col(_POS))
+                .order_by(_col(at))
             )
             chunk = self.local.with_arrow({}, lambda q=query: q)  # type: ignore[attr-defined]
             yield _matrix(chunk, self.feats, self.label, self.model)
@@ -474,7 +485,18 @@ class Checkpoint:
             return None
         epoch, steps, losses = int(rows[0][0]), int(rows[0][1]), json.loads(rows[0][2])
         tables = self._tables(model, optimizer, epoch)
-        model.set_params([self.s.table(tables[f"param:{k}"]) for k in model.names])
+        stored = {n.lower() for n in self.s.tables()}
+        missing = sorted(t for t in tables.values() if t.lower() not in stored)
+        if missing:
+            raise ConfigError(
+                f"fit: checkpoint {self.name!r} (epoch {epoch}) lacks {', '.join(missing)}: it was written "
+                f"for another model or optimizer than this {model.kind} with {type(optimizer).__name__} "
+                "(give another checkpoint name, or drop its tables to start over)"
+            )
+        try:
+            model.set_params([self.s.table(tables[f"param:{k}"]) for k in model.names])
+        except (ShapeError, DTypeError) as exc:
+            raise ConfigError(f"fit: checkpoint {self.name!r} does not fit this model: {exc}") from exc
         optimizer.steps = steps
         optimizer.state = [
             {st: self.s.table(tables[f"state:{i}:{st}"]) for st in optimizer.state_names}
