@@ -47,7 +47,7 @@ def connect(
     temp_directory: str | os.PathLike[str] | None = None,
     max_block_bytes: int | str | None = None,
     workers: int | None = None,
-    threads_per_worker: int = 1,
+    threads_per_worker: int | None = None,
     cluster: object = None,
     worker_memory_limit: int | str | None = None,
     spill: bool = False,
@@ -80,11 +80,22 @@ def connect(
             "(README 'GPUs (CUDA)')"
         )
     if workers is not None or cluster is not None:
+        for value, what in ((threads, "threads"), (temp_directory, "temp_directory")):
+            if value is not None:
+                raise ConfigError(
+                    f"{what}= is for a single-process session; a cluster's workers take threads_per_worker= "
+                    "(a local cluster) and spill= (under each worker's local directory)"
+                )
+        if cluster is not None and threads_per_worker is not None:
+            raise ConfigError(
+                "threads_per_worker= sizes the workers a local cluster starts; an attached cluster's workers "
+                "have their own (dask worker --nthreads)"
+            )
         return Session(
             _cluster_executor(
                 database,
                 workers,
-                threads_per_worker,
+                1 if threads_per_worker is None else threads_per_worker,
                 cluster,
                 read_only,
                 memory_limit,
@@ -95,8 +106,12 @@ def connect(
             ),
             strategy=strategy,
         )
-    for value, what in ((worker_memory_limit, "worker_memory_limit"), (spill, "spill")):
-        if value not in (None, False):
+    for given, what in (
+        (worker_memory_limit is not None, "worker_memory_limit"),
+        (spill is not False, "spill"),
+        (threads_per_worker is not None, "threads_per_worker"),
+    ):
+        if given:
             raise ConfigError(f"{what}= is for a cluster session (workers= or cluster=)")
     from tensorsql.backends.duckdb.executor import DuckDBExecutor
 

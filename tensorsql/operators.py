@@ -236,4 +236,19 @@ UFUNCS = {
     },
 }
 
-__all__ = ["UFUNCS", "astype", "binary", "getitem", "matmul", "mean", "power", "reduce", "transpose"]
+#: numpy's one-input ufuncs that are maps: ``np.exp(relation)`` stays a lazy relation (so ``ts.grad`` sees
+#: it) instead of computing the relation and returning an array
+UNARY_UFUNCS = {
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "sqrt",
+    "absolute": "abs",
+    "negative": "neg",
+    "square": "square",
+    "reciprocal": "reciprocal",
+    "tanh": "tanh",
+}
+
+__all__ = [
+    "UFUNCS", "UNARY_UFUNCS", "astype", "binary", "getitem", "matmul", "mean", "power", "reduce", "transpose",
+]  # fmt: skip

@@ -187,14 +187,27 @@ class TensorRelation:
 
     # -- Python operators (``tensorsql.operators``): the same lazy graph as einsum ---------------------------
     def __array_ufunc__(self, ufunc: np.ufunc, method: str, *inputs: object, **kwargs: object) -> object:
-        """``ndarray <op> relation`` (numpy asks the relation first): the operators' relation. Any other ufunc
-        computes the relations and applies itself to the arrays, as before."""
-        op = operators.UFUNCS.get(ufunc.__name__)
+        """``ndarray <op> relation`` (numpy asks the relation first): the operators' relation; ``np.exp`` and
+        the other ufuncs that are maps (``operators.UNARY_UFUNCS``), and ``np.power``, the map's relation.
+        Any other ufunc computes the relations and applies itself to the arrays."""
+        name = ufunc.__name__
+        op = operators.UFUNCS.get(name)
         if method == "__call__" and not kwargs and op is not None and len(inputs) == 2:
             x, y = inputs
             if x is self:
                 return op(self, y, False)
             return op(self, x, True)
+        if method == "__call__" and not kwargs and inputs == (self,) and name in operators.UNARY_UFUNCS:
+            out = self.session.map(self, operators.UNARY_UFUNCS[name])
+            with np.errstate(all="ignore"):  # numpy's result dtype (np.reciprocal of integers stays integer)
+                want = ufunc(np.ones((), dtype=self.dtype)).dtype
+            if out.dtype == want:
+                return out
+        power = name in ("power", "float_power") and len(inputs) == 2 and inputs[0] is self
+        number = power and np.ndim(inputs[1]) == 0 and not isinstance(inputs[1], TensorRelation)
+        if method == "__call__" and not kwargs and number:
+            base = self if name == "power" else self.astype("float64")
+            return base ** inputs[1]
         arrays = [i.numpy() if isinstance(i, TensorRelation) else i for i in inputs]
         return getattr(ufunc, method)(*arrays, **kwargs)
 

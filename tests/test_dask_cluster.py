@@ -528,6 +528,33 @@ def test_an_error_on_a_worker_reaches_the_client_typed(cs):
     assert_einsum_close(rel.numpy(), "ij,jk->ik", x, x)
 
 
+def test_a_failed_materialize_raises_and_keeps_nothing(cs):
+    """As in one process: ``materialize()`` and ``compute(store=True)`` raise the worker's error, instead of
+    keeping a relation whose every read would raise it again."""
+    x = np.random.default_rng(11).standard_normal((64, 64))
+    rel = cs.einsum("ij,jk->ik", cs.from_numpy(x, block_shape=(32, 32)), x, blocks={"i": 2, "j": 2, "k": 2})
+    before = set(cs.executor._rels)
+    cs.client.run(_kernel_limit, limit=1024)
+    try:
+        with pytest.raises(ts.OutOfMemoryError, match="out of memory"):
+            rel.materialize()
+    finally:
+        cs.client.run(_kernel_limit, limit=None)
+    assert set(cs.executor._rels) == before
+    m = rel.materialize()
+    assert_einsum_close((m + 1).numpy() - 1, "ij,jk->ik", x, x)
+
+
+def test_sql_text_and_a_corrupt_table_on_the_cluster(cs):
+    x = np.arange(36.0).reshape(6, 6)
+    r = cs.from_numpy(x, block_shape=(2, 2)).T
+    assert r.sql() == cs.executor.local.text(r.plan()) and "\n" not in r.sql(pretty=False)
+    cs.save(cs.from_numpy(x, block_shape=(2, 2)), "corrupt_me", replace=True)
+    cs.execute('INSERT INTO corrupt_me SELECT * FROM corrupt_me WHERE k0 = 2 AND k1 = 2')
+    with pytest.raises(ts.CorruptTableError, match=r"stored table 'corrupt_me': block key \[2, 2\]"):
+        cs.table("corrupt_me").numpy()
+
+
 def _memory_state(dask_worker) -> dict:
     ex = getattr(dask_worker, W.ATTRIBUTE)
     temp = ex.con.sql("SELECT current_setting('temp_directory')").fetchall()[0][0]
@@ -573,6 +600,15 @@ def test_cluster_only_options_are_config_errors():
         ts.connect(cluster="tcp://127.0.0.1:1", worker_memory_limit="1GB")
     with pytest.raises(ConfigError, match="worker_memory_limit='lots' is not a size"):
         ts.connect(workers=1, worker_memory_limit="lots")
+    for bad in (8, 0, "x"):
+        with pytest.raises(ConfigError, match="threads_per_worker= is for a cluster session"):
+            ts.connect(threads_per_worker=bad)
+    with pytest.raises(ConfigError, match=r"an attached cluster's workers have their own .*--nthreads"):
+        ts.connect(cluster="tcp://127.0.0.1:1", threads_per_worker=2)
+    with pytest.raises(ConfigError, match="threads= is for a single-process session"):
+        ts.connect(workers=1, threads=2)
+    with pytest.raises(ConfigError, match="temp_directory= is for a single-process session"):
+        ts.connect(workers=1, temp_directory="/tmp")
 
 
 def test_rows_slices_and_operators_on_the_cluster(cs):

@@ -83,8 +83,20 @@ def test_numpy_arrays_on_either_side_give_relations(s):
     ]:
         assert isinstance(got, ts.TensorRelation)
         close(got, want)
-    assert isinstance(np.exp(x), np.ndarray)  # other ufuncs compute the relation, as before
-    np.testing.assert_allclose(np.exp(x), np.exp(X))
+    # the ufuncs that are maps stay lazy relations (ts.grad sees them), in numpy's result dtype; others, and
+    # those whose numpy dtype the map does not give (integer reciprocal), compute the relation
+    pos = s.from_numpy(np.abs(X))
+    for f in (np.exp, np.log, np.sqrt, np.absolute, np.negative, np.square, np.reciprocal, np.tanh):
+        got = f(pos)
+        assert isinstance(got, ts.TensorRelation) and got.dtype == f(np.abs(X)).dtype
+        close(got, f(np.abs(X)))
+    assert isinstance(np.power(x, 3), ts.TensorRelation)
+    close(np.power(x, 3), X**3)
+    assert isinstance(np.sin(x), np.ndarray)
+    np.testing.assert_allclose(np.sin(x), np.sin(X))
+    ints = s.from_numpy(np.arange(1, 5))
+    assert isinstance(np.reciprocal(ints), np.ndarray) and np.reciprocal(ints).dtype == np.int64
+    assert isinstance(np.exp(ints), ts.TensorRelation) and np.exp(ints).dtype == np.float64
 
 
 def test_result_dtypes_follow_numpy(s):

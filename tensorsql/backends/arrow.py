@@ -104,12 +104,14 @@ def _key_problem(
     return None
 
 
-def check_blocks(table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str) -> None:
+def check_blocks(
+    table: pa.Table, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str, what: str | None = None
+) -> None:
     """An Arrow table as a tensor relation, checked whole (for one an engine will read as it is, immutable):
     its key columns, every key non-NULL, inside the grid and once, every blob (unless NULL: absent) as long as
-    its block shape and dtype need. Raises CorruptTableError naming the key."""
+    its block shape and dtype need. Raises CorruptTableError naming the key (and ``what`` the table is)."""
     r = len(shape)
-    what = f"an Arrow tensor relation of shape {list(shape)} in blocks of {list(block_shape)}"
+    what = what or f"an Arrow tensor relation of shape {list(shape)} in blocks of {list(block_shape)}"
     missing = [c for c in [*(f"k{d}" for d in range(r)), "tensor"] if c not in table.column_names]
     if missing:
         raise CorruptTableError(f"{what} has no column {missing[0]!r}")

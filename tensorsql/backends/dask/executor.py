@@ -453,8 +453,8 @@ class DaskExecutor:
         return self.local.query(statement, what)
 
     # -- running plans --------------------------------------------------------------------------------------
-    def text(self, plan: Plan) -> str:
-        return self.local.text(plan)
+    def text(self, plan: Plan, pretty: bool = True) -> str:
+        return self.local.text(plan, pretty=pretty)
 
     def notes(self, plan: Plan) -> list[str]:
         workers = self._workers()
@@ -563,6 +563,9 @@ class DaskExecutor:
             dist = self._execute(plan, bindings)
             distributed.wait([p.future for p in dist.parts])
             self._done()
+            failed = next((p.future for p in dist.parts if p.future.status == "error"), None)
+            if failed is not None:  # raised here, as in one process: kept, every read would raise it again
+                failed.result()
             name = f"_ts_dist_{next(_ids)}"
             self._rels[name] = dist
             return name
@@ -604,7 +607,7 @@ class DaskExecutor:
         table = self._read_local(scan.table, f"table {scan.table!r}")
         shape = tuple(s.sizes[k] for k in s.keys)
         blocks = tuple(s.blocks[k] for k in s.keys)
-        arrow.check_blocks(table, shape, blocks, s.dtype)
+        arrow.check_blocks(table, shape, blocks, s.dtype, f"corrupted stored table {scan.table!r}")
         name = f"_ts_dist_{next(_ids)}"
         temps[name] = self._scatter(table, s)
         return name
