@@ -271,6 +271,26 @@ def test_save_and_load(s, separable):
     np.testing.assert_allclose(back.predict(x).numpy(), model.predict(x).numpy(), rtol=1e-12)
     with pytest.raises(ts.TableNotFoundError, match="no saved model 'nope'"):
         ml.load(s, "nope")
+    for bad in ("", 123, "_ts_model"):
+        with pytest.raises(ts.TensorSQLError, match="save model: "):
+            model.save(bad)
+    for name, kind, config, match in [
+        ("broken1", "linear_regression", '{"dtype": "float64"}', "no field 'n_features'"),
+        ("broken2", "linear_regression", "{", "Expecting property name"),
+        ("broken3", "mlp", "[1]", "corrupted"),
+        ("broken4", "xx", "{}", "unknown kind 'xx'"),
+    ]:
+        s.execute(f"INSERT INTO tensorsql_models VALUES ('{name}', '{kind}', '{config}')")
+        with pytest.raises(ts.CatalogError, match=f"saved model '{name}'.*{match}"):
+            ml.load(s, name)
+
+
+def test_a_foreign_models_table_stops_a_save_before_its_weights(tmp_path):
+    with ts.connect(str(tmp_path / "foreign.duckdb")) as s:
+        s.execute("CREATE TABLE tensorsql_models (id INTEGER)")
+        with pytest.raises(ts.TensorSQLError):
+            ml.LinearRegression(s, 2).save("lin")
+        assert not any(t.startswith("lin__") for t in s.tables())
 
 
 def test_fit_errors(s, separable):
@@ -281,8 +301,12 @@ def test_fit_errors(s, separable):
         ml.fit(model, "points", ["f0"], "y", progress=False)
     with pytest.raises(ts.ConfigError, match=r"no feature column 'f9'"):
         ml.fit(model, "points", ["f9"], "label", progress=False)
-    with pytest.raises(ts.DTypeError, match="name"):
+    with pytest.raises(ts.DTypeError, match="fit: column 'name' has type VARCHAR"):
         ml.fit(model, "words", ["name"], "label", progress=False)
+    with pytest.raises(ts.ConfigError, match="fit: the query does not parse"):
+        ml.fit(model, "SELECT f0, FROM WHERE", label="label", progress=False)
+    with pytest.raises(ts.ConfigError, match="a TransformerBlock maps a sequence to a sequence"):
+        ml.fit(ml.TransformerBlock(s, 4, 2, 8), "points", ["f0", "f1", "f2", "f3"], "label", progress=False)
     with pytest.raises(ts.ConfigError, match=r"column 'f0' has NULLs"):
         ml.fit(model, "holes", ["f0"], "label", progress=False)
     with pytest.raises(ts.ConfigError, match="4 feature columns for a model of 1 features"):

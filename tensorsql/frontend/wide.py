@@ -39,26 +39,29 @@ def unused(name: str, columns: Sequence[str]) -> str:
     return out
 
 
-def source(table: object, columns: Sequence[str] | None) -> tuple[exp.Expression, list[str] | None]:
-    """The rows to read: a table name (its ``columns``), or a SELECT (its own columns, or ``columns``)."""
+def source(
+    table: object, columns: Sequence[str] | None, caller: str = "from_table"
+) -> tuple[exp.Expression, list[str] | None]:
+    """The rows to read: a table name (its ``columns``), or a SELECT (its own columns, or ``columns``).
+    ``caller``: the function errors name (``from_table``, ``fit``)."""
     if not isinstance(table, str) or not table.strip():
-        raise ConfigError(f"from_table: table must be a table name or a SELECT (a str), got {table!r}")
+        raise ConfigError(f"{caller}: table must be a table name or a SELECT (a str), got {table!r}")
     if columns is not None:
         if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns) or not columns:
             raise ConfigError(
-                f"from_table: columns must be a non-empty list of column names, got {columns!r}"
+                f"{caller}: columns must be a non-empty list of column names, got {columns!r}"
             )
         if len(set(columns)) != len(columns):
-            raise ConfigError(f"from_table: columns {list(columns)} repeat a name")
+            raise ConfigError(f"{caller}: columns {list(columns)} repeat a name")
     head = table.lstrip()[:6].upper()
     if head.startswith(("SELECT", "WITH", "VALUES", "FROM")):
         try:
             query = sqlglot.parse_one(table, dialect="duckdb")
         except SqlglotError as exc:  # ParseError, TokenError (an unterminated string), ...
-            raise ConfigError(f"from_table: the query does not parse: {exc}") from exc
+            raise ConfigError(f"{caller}: the query does not parse: {exc}") from exc
         return exp.Subquery(this=query), list(columns) if columns is not None else None
     if columns is None:
-        raise ConfigError("from_table: a table name needs columns=[...] (the features, in order)")
+        raise ConfigError(f"{caller}: a table name needs columns=[...] (the features, in order)")
     return exp.Table(this=_ident(table, "table")), list(columns)
 
 
@@ -112,13 +115,13 @@ def cells_query(
     )
 
 
-def check_types(description: list[tuple], columns: list[str]) -> None:
+def check_types(description: list[tuple], columns: list[str], caller: str = "from_table") -> None:
     """Every feature numeric or boolean (DTypeError naming the column otherwise)."""
     for name, typ in zip(columns, [str(d[1]).upper() for d in description], strict=True):
         base = typ.split("(")[0].strip()
         if base not in NUMERIC:
             raise DTypeError(
-                f"from_table: column {name!r} has type {typ}; a feature must be numeric or BOOLEAN"
+                f"{caller}: column {name!r} has type {typ}; a feature must be numeric or BOOLEAN"
             )
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from sqlglot import exp
 
 from tensorsql import api
-from tensorsql.errors import ConfigError, DTypeError, ShapeError
+from tensorsql.errors import CatalogError, ConfigError, DTypeError, ShapeError
 from tensorsql.ml import losses
 
 if TYPE_CHECKING:
@@ -118,11 +118,15 @@ class Model:
 
     def save(self, name: str) -> None:
         """The weights as tensor tables ``<name>__<weight>`` and the model's row in ``tensorsql_models``."""
+        from tensorsql import metadata
+
+        name = metadata.check_name(name, "save model")
         s = self.session
+        _ensure_models_table(s)  # a table of that name that is not the models' fails here, before any weight
+        table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
+        s.execute(exp.select("name", "kind", "config").from_(table.copy()).limit(0), "save model")
         for k, rel in self.params.items():
             s.save(rel, f"{name}__{k}", replace=True)
-        _ensure_models_table(s)
-        table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
         s.execute(exp.delete(table, where=exp.column("name").eq(exp.Literal.string(name))), "save model")
         row = exp.Tuple(
             expressions=[
@@ -315,21 +319,27 @@ def load(session: Session, name: str) -> Model:
     if not rows:
         raise TableNotFoundError(f"no saved model {name!r} in {MODELS}")
     kind, config = rows[0]
-    cfg = json.loads(config)
-    dtype = cfg.pop("dtype")
     cls = KINDS.get(kind)
     if cls is None:
-        raise ConfigError(f"saved model {name!r} has an unknown kind {kind!r}")
-    if cls is TransformerBlock:
-        heads, hidden, causal = cfg["heads"], cfg["hidden"], cfg["causal"]
-        model: Model = TransformerBlock(session, cfg["model"], heads, hidden, causal=causal, dtype=dtype)
-    elif cls is MLP:
-        act, task = cfg["activation"], cfg["task"]
-        model = MLP(session, cfg["layers"], activation=act, task=task, dtype=dtype)
-    elif cls is SoftmaxRegression:
-        model = SoftmaxRegression(session, cfg["n_features"], cfg["n_classes"], dtype=dtype)
-    else:
-        model = cls(session, cfg["n_features"], dtype=dtype)  # type: ignore[call-arg]
+        raise CatalogError(f"saved model {name!r} has an unknown kind {kind!r} in {MODELS}")
+    try:
+        cfg = json.loads(config)
+        dtype = cfg.pop("dtype")
+        if cls is TransformerBlock:
+            heads, hidden, causal = cfg["heads"], cfg["hidden"], cfg["causal"]
+            model: Model = TransformerBlock(session, cfg["model"], heads, hidden, causal=causal, dtype=dtype)
+        elif cls is MLP:
+            act, task = cfg["activation"], cfg["task"]
+            model = MLP(session, cfg["layers"], activation=act, task=task, dtype=dtype)
+        elif cls is SoftmaxRegression:
+            model = SoftmaxRegression(session, cfg["n_features"], cfg["n_classes"], dtype=dtype)
+        else:
+            model = cls(session, cfg["n_features"], dtype=dtype)  # type: ignore[call-arg]
+    except (ValueError, TypeError, KeyError, AttributeError, ConfigError) as exc:  # not what save wrote
+        what = f"no field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise CatalogError(
+            f"saved model {name!r}: its {MODELS} row is corrupted ({what}): {config!r}"
+        ) from exc
     model.set_params([session.table(f"{name}__{k}") for k in model.names])
     return model
 

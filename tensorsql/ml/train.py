@@ -85,11 +85,16 @@ def fit(
     SELECT's own columns less ``label`` when omitted), ``label`` its target column. ``cache``: read the
     rows once and keep them in memory (None: when they take at most ``CACHE_BYTES``); else every epoch
     reads its shuffled rows from DuckDB a chunk at a time. Either way DuckDB shuffles, in the same order."""
-    from tensorsql.ml.models import Model
+    from tensorsql.ml.models import Model, TransformerBlock
 
     if not isinstance(model, Model):
         raise ConfigError(
             f"fit: model must be a tensorsql.ml model (LinearRegression, MLP, ...), got {model!r}"
+        )
+    if isinstance(model, TransformerBlock):
+        raise ConfigError(
+            "fit: trains a model on rows of features and a label column; a TransformerBlock maps a sequence "
+            "to a sequence: step it with ts.grad and an optimizer (README 'Machine learning')"
         )
     s = model.session
     optimizer = optimizer if optimizer is not None else SGD(0.1)
@@ -104,7 +109,7 @@ def fit(
         raise ConfigError(f"fit: cache must be True, False or None, got {cache!r}")
     if not isinstance(optimizer, Optimizer):
         raise ConfigError(f"fit: optimizer must be an Optimizer (SGD, Adam, AdamW), got {optimizer!r}")
-    src, cols = wide.source(source, features)
+    src, cols = wide.source(source, features, "fit")
     local = getattr(s.executor, "local", s.executor)
     probe = src.this if isinstance(src, exp.Subquery) else exp.select(exp.Star()).from_(src)
     _, described = local.describe(exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "fit")
@@ -121,7 +126,7 @@ def fit(
     if label in feats:
         raise ConfigError(f"fit: the label {label!r} is also among the features")
     types = {str(d[0]): d for d in described}
-    wide.check_types([types[c] for c in [*feats, label]], [*feats, label])
+    wide.check_types([types[c] for c in [*feats, label]], [*feats, label], "fit")
     if len(feats) != model.n_features:
         raise ConfigError(f"fit: {len(feats)} feature columns for a model of {model.n_features} features")
     ((n,),) = local.query(exp.select(exp.Count(this=exp.Star())).from_(exp.Subquery(this=probe)), "fit")
