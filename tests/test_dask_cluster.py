@@ -310,6 +310,48 @@ def test_a_saved_tensor_is_reopened_by_a_new_client(tmp_path):
         assert_einsum_close(s.einsum("ij->j", s.table("XT")).numpy(), "ij->j", x.T)
 
 
+def _executor_id(dask_worker) -> int:
+    return id(getattr(dask_worker, W.ATTRIBUTE))
+
+
+def test_a_session_attaching_leaves_the_workers_duckdb_to_the_running_ones(cs, tmp_path):
+    """Each attach registers the worker plugin again: the workers keep the DuckDB they have (tasks of the
+    first session may be running on it); one asked to spill gets a new one, and the first session's
+    queries still run, also while sessions attach and close."""
+    import threading
+
+    y = np.random.default_rng(12).standard_normal((200, 200)) / 10
+    Y = cs.from_numpy(y, block_shape=(50, 50))
+    want = y @ y @ y
+    before = cs.client.run(_executor_id)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def query() -> None:
+        while not stop.is_set():
+            try:
+                np.testing.assert_allclose(cs.einsum("ij,jk,kl->il", Y, Y, Y).numpy(), want, atol=1e-9)
+            except BaseException as exc:  # reported below
+                errors.append(exc)
+                return
+
+    runner = threading.Thread(target=query)
+    runner.start()
+    try:
+        for i in range(3):
+            ts.connect(str(tmp_path / f"a{i}.duckdb"), cluster=cs.client.scheduler.address).close()
+    finally:
+        stop.set()
+        runner.join(120)
+    assert not errors, errors
+    assert cs.client.run(_executor_id) == before
+    with ts.connect(str(tmp_path / "spill.duckdb"), cluster=cs.client.scheduler.address, spill=True):
+        assert cs.client.run(_executor_id) != before
+        np.testing.assert_allclose(cs.einsum("ij,jk,kl->il", Y, Y, Y).numpy(), want, atol=1e-9)
+    ts.connect(str(tmp_path / "back.duckdb"), cluster=cs.client.scheduler.address).close()  # in memory again
+    assert not any(cs.client.run(lambda dask_worker: getattr(dask_worker, W.SPILL)).values())
+
+
 def test_bad_cluster_arguments_are_config_errors(monkeypatch):
     with pytest.raises(ConfigError, match="not both"):
         ts.connect(workers=2, cluster="tcp://127.0.0.1:1")

@@ -25,6 +25,8 @@ distributed = require_distributed()
 ATTRIBUTE = "tensorsql_executor"
 #: the plugin's name on the cluster (registering it again replaces it)
 NAME = "tensorsql"
+#: the attribute of a ``distributed.Worker`` that says whether its DuckDB spills to a file (``spill``)
+SPILL = "tensorsql_spill"
 #: the share of a Dask worker's memory limit its DuckDB (and its kernels' budget) may use
 MEMORY_SHARE = 0.6
 
@@ -49,8 +51,14 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         self.workers_here = workers_here
 
     def setup(self, worker: Any) -> None:
+        """Every session that attaches registers the plugin again: a worker keeps the DuckDB it has (other
+        sessions' tasks may be running on it) where it was made alike; one made otherwise (``spill``)
+        is replaced, and the old one closes when the last task holding it lets go (not under it)."""
         from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
+        old = getattr(worker, ATTRIBUTE, None)
+        if old is not None and not old.closed and getattr(worker, SPILL, None) == self.spill:
+            return
         threads, limit = worker_limits(
             worker.state.nthreads, worker.memory_manager.memory_limit, self.workers_here
         )
@@ -59,15 +67,17 @@ class TensorSQLWorker(distributed.WorkerPlugin):
             folder = os.path.join(worker.local_directory, "tensorsql")
             os.makedirs(folder, exist_ok=True)
             database, temp = os.path.join(folder, "worker.duckdb"), os.path.join(folder, "spill")
-        old = getattr(worker, ATTRIBUTE, None)
-        if old is not None:
-            old.close()
         executor = DuckDBExecutor(
             database, threads=threads, memory_limit=limit, temp_directory=temp, progress=False
         )
         setattr(worker, ATTRIBUTE, executor)
+        setattr(worker, SPILL, self.spill)
 
     def teardown(self, worker: Any) -> None:
+        """Closes the worker's DuckDB when the worker closes. A plugin replaced (a session attaching) or
+        removed while the worker runs leaves it to the tasks running on it and to the next setup."""
+        if getattr(worker.status, "name", "closing") not in ("closing", "closed", "failed"):
+            return
         executor = getattr(worker, ATTRIBUTE, None)
         setattr(worker, ATTRIBUTE, None)
         if executor is not None:
