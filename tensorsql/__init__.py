@@ -56,6 +56,7 @@ from tensorsql.errors import (
     TensorSQLError,
     TransactionConflictError,
     UnknownStrategyError,
+    WorkerLostError,
 )
 from tensorsql.relation import TensorRelation
 from tensorsql.session import Compiled, Session
@@ -64,6 +65,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "UnknownStrategyError",
+    "WorkerLostError",
     "OutputError",
     "EinsumTypeError",
     "GradError",

@@ -97,6 +97,11 @@ class ExtensionError(RuntimeError, TensorSQLError):
     """The kernel extension could not be built, found or loaded."""
 
 
+class WorkerLostError(RuntimeError, TensorSQLError):
+    """A cluster query could not finish: the workers holding or running its blocks were lost and none could
+    take over (message names the worker), or the session closed under it."""
+
+
 class DeviceError(RuntimeError, TensorSQLError):
     """A session asked for a device it cannot use: ``device='cuda'`` on a machine without a CUDA GPU, driver,
     cuBLAS or CUDA compiler, an ordinal the machine lacks, or a device string of no known form. The message
@@ -169,4 +174,5 @@ __all__ = [
     "TensorSQLError",
     "TransactionConflictError",
     "UnknownStrategyError",
+    "WorkerLostError",
 ]

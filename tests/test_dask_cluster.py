@@ -434,6 +434,42 @@ def test_a_worker_killed_mid_query_still_gives_the_right_result():
         assert_einsum_close(rel.numpy(), "ij,jk,kl->il", x, x, x)  # and the session goes on
 
 
+def test_every_worker_lost_and_back_under_new_addresses_still_reads_old_relations():
+    """The only worker killed, the nanny starts a new one (a new address): the pieces of a relation made
+    before, restricted to the lost worker, are made again on the new one (Dask alone would keep them waiting
+    for the old address: ``executor._unstick``). A query in flight with no worker at all for WORKER_WAIT
+    seconds is a WorkerLostError, never a hang (checked by hand with `dask worker --no-nanny`)."""
+    import os
+    import threading
+
+    with ts.connect(workers=1) as s:
+        x = np.arange(40000.0).reshape(200, 200)
+        X = s.from_numpy(x, block_shape=(100, 100))
+        np.testing.assert_array_equal(X.numpy(), x)
+        ((pid,),) = [tuple(s.client.run(os.getpid).values())]
+        os.kill(pid, 9)
+        got: dict[str, object] = {}
+        runner = threading.Thread(target=lambda: got.update(value=X.numpy()), daemon=True)
+        runner.start()
+        runner.join(timeout=120)
+        assert not runner.is_alive(), "a relation made before every worker was lost hung"
+        np.testing.assert_array_equal(got["value"], x)
+
+
+def test_dask_errors_of_a_lost_cluster_are_typed(cs):
+    from types import SimpleNamespace
+
+    from distributed.scheduler import KilledWorker
+
+    for exc, match in [
+        (KilledWorker("k", SimpleNamespace(address="tcp://10.0.0.1:1234"), 2), "tcp://10.0.0.1:1234"),
+        (distributed.client.FutureCancelledError("k", "reason"), "cancelled"),
+        (distributed.comm.CommClosedError("gone"), "lost the connection"),
+    ]:
+        with pytest.raises(ts.WorkerLostError, match=match), cs.executor._lost():
+            raise exc
+
+
 def test_explain_counts_the_bytes_each_stage_read_from_other_workers(cs):
     rng = np.random.default_rng(6)
     x, y = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))
@@ -631,6 +667,10 @@ def test_cluster_only_options_are_config_errors():
         ts.connect(cluster="tcp://127.0.0.1:1", worker_memory_limit="1GB")
     with pytest.raises(ConfigError, match="worker_memory_limit='lots' is not a size"):
         ts.connect(workers=1, worker_memory_limit="lots")
+    with pytest.raises(ConfigError, match=r"worker_memory_limit='100MB' is below the 512 MiB a worker"):
+        ts.connect(workers=1, worker_memory_limit="100MB")
+    with pytest.raises(ConfigError, match=r"cannot reach the Dask scheduler at 'tls://127\.0\.0\.1:1'"):
+        ts.connect(cluster="tls://127.0.0.1:1")
     for bad in (8, 0, "x"):
         with pytest.raises(ConfigError, match="threads_per_worker= is for a cluster session"):
             ts.connect(threads_per_worker=bad)

@@ -20,15 +20,17 @@ partitions it again. ``from_sql`` runs its query there too.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
 import math
 import sys
+import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,7 +48,7 @@ from tensorsql.backends.duckdb.errors import wrap
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile import waves as W
 from tensorsql.compile.plan import Plan
-from tensorsql.errors import ConfigError, ShapeError
+from tensorsql.errors import ConfigError, SessionClosedError, ShapeError, WorkerLostError
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 
@@ -60,6 +62,10 @@ _ids = itertools.count()
 NET_BYTE = 1e-9
 #: seconds a run waits for a cluster without workers to get one
 WORKER_WAIT = 30
+#: the least ``worker_memory_limit`` a LocalCluster's worker may have
+MIN_WORKER_MEMORY = 512 << 20
+#: seconds between looks at a run still waiting for its tasks (stuck ones freed, lost workers noticed)
+POLL = 2.0
 #: kernel calls (tasks) per cluster thread a stage keeps before merging neighbouring ones
 CALLS_PER_THREAD = 1
 #: partitions per worker a relation is cut into at most (one per block below that)
@@ -157,8 +163,9 @@ def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: 
     ex = worker_side.worker_executor()
     pairs = zip(inputs, keys, strict=True)
     worker_side.count_moved([(k, t) for tables, ks in pairs for k, t in zip(ks, tables, strict=True)])
-    cur = ex.con.cursor()
+    cur = None
     try:
+        cur = ex.con.cursor()
         for i, (dist, tables) in enumerate(zip(rels, inputs, strict=True)):
             named = [dist.named(t) for t in tables]
             cur.register(_view(i), pa.concat_tables(named) if named else _empty(dist.schema))
@@ -166,11 +173,33 @@ def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: 
     except duckdb.Error as exc:  # a kernel's error, out of memory, ...: the typed error, raised at the client
         raise wrap(exc, "einsum") from exc
     finally:
-        cur.close()
+        if cur is not None:
+            cur.close()
 
 
 def _view(i: int) -> str:
     return f"_ts_in_{i}"
+
+
+def _unstick(token: str, dask_scheduler: Any = None) -> int:
+    """On the scheduler (``client.run_on_scheduler``): the tasks of the session ``token`` waiting for a
+    worker (``no-worker``) though their restriction is a loose one: Dask runs such a task on another worker
+    only if none of its own is alive when it becomes ready, and never moves it to a worker that joins later.
+    Their restriction dropped, they run on any worker. Returns how many (-1 where this Dask keeps its state
+    otherwise)."""
+    try:
+        waiting = list(dask_scheduler.unrunnable)
+        stuck = [ts for ts in waiting if token in str(ts.key) and ts.loose_restrictions]
+        if not stuck or not dask_scheduler.workers:
+            return 0
+        for ts in stuck:
+            ts.worker_restrictions = None
+        dask_scheduler.transitions(
+            {ts.key: "processing" for ts in stuck}, stimulus_id=f"tensorsql-unstick-{time.time()}"
+        )
+        return len(stuck)
+    except AttributeError:
+        return -1
 
 
 class _Batch:
@@ -498,9 +527,63 @@ class DaskExecutor:
         # from the workers themselves where this session started them (one hop, no copy through the
         # scheduler); an attached cluster's workers may not be reachable from here: Dask's own setting
         direct = True if self._cluster is not None else None
-        tables = [rel.named(t) for t in self.client.gather([p.future for p in rel.parts], direct=direct)]
+        futures = [p.future for p in rel.parts]
+        with self._lost():
+            self._await(futures)
+            tables = [rel.named(t) for t in self.client.gather(futures, direct=direct)]
         self._done()
         return pa.concat_tables(tables) if tables else _empty(rel.schema)
+
+    def _await(self, futures: list[Any]) -> None:
+        """Until the run's ``futures`` are done (finished or failed), looking every ``POLL`` seconds for what
+        Dask alone would wait on forever: tasks placed on workers that are all gone (a worker restriction,
+        even a loose one, keeps a task off the workers that joined since: dask/distributed#7346) run
+        elsewhere (``_unstick``); a cluster left without any worker for ``WORKER_WAIT`` seconds is a
+        WorkerLostError."""
+        alone: float | None = None
+        # done callbacks and an event, not distributed.wait(timeout=): on Python 3.11 asyncio's wait_for can
+        # let a CancelledError out when the timeout and the result meet, and Dask's sync() then fails with
+        # an UnboundLocalError (seen with sessions attaching while queries ran)
+        left, lock, finished = len(futures), threading.Lock(), threading.Event()
+
+        def one(_: Any) -> None:
+            nonlocal left
+            with lock:
+                left -= 1
+                if left <= 0:
+                    finished.set()
+
+        if not futures:
+            return
+        for f in futures:
+            f.add_done_callback(one)
+        while not finished.wait(POLL):
+            if self.closed:
+                raise SessionClosedError("the session was closed while its query ran")
+            if self.client.nthreads():
+                alone = None
+                self.client.run_on_scheduler(_unstick, self._token)
+                continue
+            alone = time.monotonic() if alone is None else alone
+            if time.monotonic() - alone > WORKER_WAIT:
+                raise WorkerLostError(
+                    f"the Dask cluster lost all its workers while a query ran, and none came back in "
+                    f"{WORKER_WAIT} s"
+                )
+
+    @contextlib.contextmanager
+    def _lost(self) -> Iterator[None]:
+        """Dask's errors of a lost worker or scheduler, or of a session closed under a query, typed."""
+        try:
+            yield
+        except distributed.scheduler.KilledWorker as exc:  # names the last worker that died running it
+            raise WorkerLostError(f"a task's workers kept dying: {exc}") from exc
+        except distributed.client.FutureCancelledError as exc:
+            if self.closed:
+                raise SessionClosedError("the session was closed while its query ran") from exc
+            raise WorkerLostError(f"a task of the query was cancelled on the cluster: {exc}") from exc
+        except (OSError, distributed.comm.CommClosedError) as exc:
+            raise WorkerLostError(f"lost the connection to the Dask cluster: {exc}") from exc
 
     def _show_progress(self, stream: Any, every: float = 0.25) -> None:
         """Until the last run's tasks are done: a line on ``stream`` of stages done / total and parts done."""
@@ -561,7 +644,8 @@ class DaskExecutor:
         the session's database (durable: no worker holds the only copy) with the catalog entry."""
         if temporary:
             dist = self._execute(plan, bindings)
-            distributed.wait([p.future for p in dist.parts])
+            with self._lost():
+                self._await([p.future for p in dist.parts])
             self._done()
             failed = next((p.future for p in dist.parts if p.future.status == "error"), None)
             if failed is not None:  # raised here, as in one process: kept, every read would raise it again
@@ -923,6 +1007,11 @@ def start(workers: int, threads_per_worker: int, memory_limit: int | str | None 
     limit: int | str = "auto"
     if memory_limit is not None:
         limit = memory.parse_size(memory_limit, "worker_memory_limit")
+        if limit < MIN_WORKER_MEMORY:  # the nanny would restart an idle worker over and over
+            raise ConfigError(
+                f"worker_memory_limit={memory_limit!r} is below the {MIN_WORKER_MEMORY >> 20} MiB a worker "
+                "needs: a Dask worker process with tensorsql loaded holds ~200 MB before any data"
+            )
     cluster = distributed.LocalCluster(
         n_workers=workers,
         threads_per_worker=threads_per_worker,
@@ -947,7 +1036,7 @@ def attach(cluster: object) -> Any:
         raise ConfigError(f"cluster={cluster!r} must be a scheduler address ('tcp://host:8786') or a Client")
     try:
         return distributed.Client(cluster, timeout=ATTACH_TIMEOUT)
-    except (OSError, TimeoutError, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError, TypeError) as exc:  # TypeError: tls:// without a TLS context
         raise ConfigError(f"cannot reach the Dask scheduler at {cluster!r}: {exc}") from exc
 
 
