@@ -564,6 +564,10 @@ def test_progress_shows_stages_and_parts_done(cs, monkeypatch):
     assert_einsum_close(rel.numpy(), "ij,jk,kl->il", x, x, x)
     n = len(cs.executor.last_run)
     assert stream.getvalue().rstrip().endswith(f"stages {n}/{n}, parts {_parts(cs)}/{_parts(cs)}")
+    stream.seek(0)
+    stream.truncate()
+    rel.materialize()  # a materialize shows its progress too
+    assert stream.getvalue().rstrip().endswith(f"stages {n}/{n}, parts {_parts(cs)}/{_parts(cs)}")
 
 
 def _parts(s) -> int:

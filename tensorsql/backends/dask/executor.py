@@ -64,6 +64,8 @@ NET_BYTE = 1e-9
 WORKER_WAIT = 30
 #: the least ``worker_memory_limit`` a LocalCluster's worker may have
 MIN_WORKER_MEMORY = 512 << 20
+#: seconds between two progress lines of a run
+PROGRESS_EVERY = 0.25
 #: seconds between looks at a run still waiting for its tasks (stuck ones freed, lost workers noticed)
 POLL = 2.0
 #: kernel calls (tasks) per cluster thread a stage keeps before merging neighbouring ones
@@ -522,8 +524,6 @@ class DaskExecutor:
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], *, keep: bool = False
     ) -> pa.Table:
         rel = self._execute(plan, bindings)
-        if longrun.progress_enabled(self.progress):
-            self._show_progress(sys.stderr)
         # from the workers themselves where this session started them (one hop, no copy through the
         # scheduler); an attached cluster's workers may not be reachable from here: Dask's own setting
         direct = True if self._cluster is not None else None
@@ -557,7 +557,15 @@ class DaskExecutor:
             return
         for f in futures:
             f.add_done_callback(one)
-        while not finished.wait(POLL):
+        stream = sys.stderr if longrun.progress_enabled(self.progress) else None
+        every = PROGRESS_EVERY if stream is not None else POLL
+        looked = time.monotonic()
+        while not finished.wait(every):
+            if stream is not None:
+                self._show_progress(stream)
+            if time.monotonic() - looked < 0.9 * POLL:
+                continue
+            looked = time.monotonic()
             if self.closed:
                 raise SessionClosedError("the session was closed while its query ran")
             if self.client.nthreads():
@@ -570,6 +578,8 @@ class DaskExecutor:
                     f"the Dask cluster lost all its workers while a query ran, and none came back in "
                     f"{WORKER_WAIT} s"
                 )
+        if stream is not None:
+            self._show_progress(stream, end=True)
 
     @contextlib.contextmanager
     def _lost(self) -> Iterator[None]:
@@ -585,19 +595,16 @@ class DaskExecutor:
         except (OSError, distributed.comm.CommClosedError) as exc:
             raise WorkerLostError(f"lost the connection to the Dask cluster: {exc}") from exc
 
-    def _show_progress(self, stream: Any, every: float = 0.25) -> None:
-        """Until the last run's tasks are done: a line on ``stream`` of stages done / total and parts done."""
+    def _show_progress(self, stream: Any, end: bool = False) -> None:
+        """A line on ``stream`` of the last run's stages done / total and parts done (``end``: the last)."""
         stages = [st.futures for st in self._last_run]
         total = sum(len(f) for f in stages)
-        while True:
-            done = [sum(f.done() for f in futures) for futures in stages]
-            finished = sum(d == len(f) for d, f in zip(done, stages, strict=True))
-            stream.write(f"\rtensorsql: stages {finished}/{len(stages)}, parts {sum(done)}/{total}")
-            stream.flush()
-            if sum(done) == total:
-                stream.write("\n")
-                return
-            time.sleep(every)
+        done = [sum(f.done() for f in futures) for futures in stages]
+        finished = sum(d == len(f) for d, f in zip(done, stages, strict=True))
+        stream.write(f"\rtensorsql: stages {finished}/{len(stages)}, parts {sum(done)}/{total}")
+        if end:
+            stream.write("\n")
+        stream.flush()
 
     def _done(self) -> None:
         """A run finished: its reports let go of the stages' futures (Dask then frees what no relation
