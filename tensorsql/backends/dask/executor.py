@@ -559,7 +559,7 @@ class DaskExecutor:
             f.add_done_callback(one)
         stream = sys.stderr if longrun.progress_enabled(self.progress) else None
         every = PROGRESS_EVERY if stream is not None else POLL
-        looked = time.monotonic()
+        looked, unstick = time.monotonic(), True
         while not finished.wait(every):
             if stream is not None:
                 self._show_progress(stream)
@@ -570,7 +570,14 @@ class DaskExecutor:
                 raise SessionClosedError("the session was closed while its query ran")
             if self.client.nthreads():
                 alone = None
-                self.client.run_on_scheduler(_unstick, self._token)
+                if unstick:
+                    try:
+                        self.client.run_on_scheduler(_unstick, self._token)
+                    except (OSError, distributed.comm.CommClosedError):
+                        raise
+                    except Exception as exc:  # a scheduler that cannot import tensorsql: Dask's own waiting
+                        log.info("tensorsql: cannot look for stuck tasks on the scheduler: %s", exc)
+                        unstick = False
                 continue
             alone = time.monotonic() if alone is None else alone
             if time.monotonic() - alone > WORKER_WAIT:
