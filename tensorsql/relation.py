@@ -206,7 +206,8 @@ class TensorRelation:
         power = name in ("power", "float_power") and len(inputs) == 2 and inputs[0] is self
         number = power and np.ndim(inputs[1]) == 0 and not isinstance(inputs[1], TensorRelation)
         if method == "__call__" and not kwargs and number:
-            base = self if name == "power" else self.astype("float64")
+            wide = "complex128" if self.dtype.kind == "c" else "float64"  # float_power: numpy's widest
+            base = self if name == "power" else self.astype(wide)
             return base ** inputs[1]
         arrays = [i.numpy() if isinstance(i, TensorRelation) else i for i in inputs]
         return getattr(ufunc, method)(*arrays, **kwargs)

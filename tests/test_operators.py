@@ -92,6 +92,10 @@ def test_numpy_arrays_on_either_side_give_relations(s):
         close(got, f(np.abs(X)))
     assert isinstance(np.power(x, 3), ts.TensorRelation)
     close(np.power(x, 3), X**3)
+    z = (X + 1j * X[::-1]).astype(np.complex64)
+    got = np.float_power(s.from_numpy(z), 2)
+    assert got.dtype == np.float_power(z, 2).dtype == np.complex128
+    close(got, np.float_power(z, 2))
     assert isinstance(np.sin(x), np.ndarray)
     np.testing.assert_allclose(np.sin(x), np.sin(X))
     ints = s.from_numpy(np.arange(1, 5))

@@ -215,17 +215,13 @@ class _Batch:
         self.client = client
         self.tasks: dict[str, Any] = {}
         self.where: dict[str, list[str]] = {}
-        #: the futures ``add`` handed out, held until the graph is sent (the keys stay wanted meanwhile)
-        self.futures: list[Any] = []
 
     def add(self, key: str, fn: Callable[..., Any], *args: Any, worker: str) -> Any:
         from dask._task_spec import Task, parse_input
 
         self.tasks[key] = Task(key, fn, *(parse_input(a) for a in args))
         self.where[key] = [worker]
-        fut = distributed.Future(key, self.client)
-        self.futures.append(fut)
-        return fut
+        return distributed.Future(key, self.client)  # the caller holds it: the key stays wanted till sent
 
     def send(self) -> None:
         if not self.tasks:
@@ -236,7 +232,7 @@ class _Batch:
         layer = MaterializedLayer(self.tasks, annotations={"workers": self.where.__getitem__})
         graph = HighLevelGraph({name: layer}, {name: set()})
         self.client.get(graph, list(self.tasks), sync=False, allow_other_workers=True)
-        self.tasks, self.where, self.futures = {}, {}, []
+        self.tasks, self.where = {}, {}
 
 
 def _read_whole(ast: exp.Expression, views: set[str]) -> exp.Expression:
@@ -660,10 +656,11 @@ class DaskExecutor:
             dist = self._execute(plan, bindings)
             with self._lost():
                 self._await([p.future for p in dist.parts])
+                # a failed task raises here, as in one process: kept, every read would raise it again
+                for p in dist.parts:
+                    if p.future.status in ("error", "cancelled"):
+                        p.future.result()
             self._done()
-            failed = next((p.future for p in dist.parts if p.future.status == "error"), None)
-            if failed is not None:  # raised here, as in one process: kept, every read would raise it again
-                failed.result()
             name = f"_ts_dist_{next(_ids)}"
             self._rels[name] = dist
             return name
