@@ -550,7 +550,7 @@ def test_from_numpy_spreads_a_small_array_over_the_workers(cs):
     assert cs.executor.storage_blocks((1,), (1,), 4) == (1,) and cs.executor.storage_blocks((), (), 4) == ()
 
 
-def test_progress_shows_stages_and_parts_done(cs, monkeypatch):
+def test_progress_shows_stages_parts_and_bytes_done(cs, monkeypatch):
     import io
 
     stream = io.StringIO()
@@ -562,12 +562,17 @@ def test_progress_shows_stages_and_parts_done(cs, monkeypatch):
     monkeypatch.setattr(cs.executor, "progress", True)
     monkeypatch.setattr(DX.sys, "stderr", stream)
     assert_einsum_close(rel.numpy(), "ij,jk,kl->il", x, x, x)
-    n = len(cs.executor.last_run)
-    assert stream.getvalue().rstrip().endswith(f"stages {n}/{n}, parts {_parts(cs)}/{_parts(cs)}")
+    n, stages = len(cs.executor.last_run), cs.executor.last_run
+    fed = sum(st.modelled for st in stages)  # the bytes the plan feeds its parts, the model's count
+    line = stream.getvalue().rstrip().rsplit("\r", 1)[-1]
+    head = f"tensorsql: stages {n}/{n}, parts {_parts(cs)}/{_parts(cs)}, {fed / 1e6:.1f} MB read, "
+    assert line.startswith(head) and line.endswith(" MB from other workers"), line
+    far = float(line[len(head) :].split()[0])
+    assert 0 < far * 1e6 <= fed  # some of the 16x16 blocks sit on the other worker; never more than all
     stream.seek(0)
     stream.truncate()
     rel.materialize()  # a materialize shows its progress too
-    assert stream.getvalue().rstrip().endswith(f"stages {n}/{n}, parts {_parts(cs)}/{_parts(cs)}")
+    assert stream.getvalue().rstrip().rsplit("\r", 1)[-1].startswith(head)
 
 
 def _parts(s) -> int:

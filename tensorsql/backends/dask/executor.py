@@ -122,6 +122,8 @@ class StageReport:
     tasks: list[str] = field(default_factory=list, repr=False)
     #: its tasks, while the run is followed (progress)
     futures: list[Any] = field(default_factory=list, repr=False)
+    #: per task of ``futures``: (bytes fed, of them held by other workers than the one it was placed on)
+    task_bytes: list[tuple[int, int]] = field(default_factory=list, repr=False)
 
 
 #: tasks per worker ``explain`` lists by their blocks
@@ -599,12 +601,23 @@ class DaskExecutor:
             raise WorkerLostError(f"lost the connection to the Dask cluster: {exc}") from exc
 
     def _show_progress(self, stream: Any, end: bool = False) -> None:
-        """A line on ``stream`` of the last run's stages done / total and parts done (``end``: the last)."""
+        """A line on ``stream`` of the last run's stages done / total, parts done, and the bytes the parts
+        done read, with those placed on other workers (``end``: the last line). Those are the plan's: the
+        workers' own counts (``last_run``) cost a round trip to every worker, and a replica Dask kept from an
+        earlier run moves nothing."""
         stages = [st.futures for st in self._last_run]
         total = sum(len(f) for f in stages)
         done = [sum(f.done() for f in futures) for futures in stages]
         finished = sum(d == len(f) for d, f in zip(done, stages, strict=True))
-        stream.write(f"\rtensorsql: stages {finished}/{len(stages)}, parts {sum(done)}/{total}")
+        fed = moved = 0
+        for st in self._last_run:
+            for f, (n, far) in zip(st.futures, st.task_bytes, strict=True):
+                if f.done():
+                    fed, moved = fed + n, moved + far
+        stream.write(
+            f"\rtensorsql: stages {finished}/{len(stages)}, parts {sum(done)}/{total}, "
+            f"{_mb(fed)} read, {_mb(moved)} from other workers"
+        )
         if end:
             stream.write("\n")
         stream.flush()
@@ -613,7 +626,7 @@ class DaskExecutor:
         """A run finished: its reports let go of the stages' futures (Dask then frees what no relation
         holds); the byte counts stay on the workers until ``last_run`` is read."""
         for st in self._last_run:
-            st.futures = []
+            st.futures, st.task_bytes = [], []
 
     @property
     def last_run(self) -> list[StageReport]:
@@ -949,8 +962,13 @@ class _Run(W.Stager):
         where = self.place([[p for _, parts in inputs.values() for p in parts] for _, _, inputs in tasks])
         number, self.stages = self.stages, self.stages + 1
         for (ranges, part, inputs), addr in zip(tasks, where, strict=True):
+            fed = far = 0
             for dist_schema, parts in inputs.values():
-                report.modelled += sum(W.box_bytes(dist_schema, p.box) for p in parts)
+                for p in parts:
+                    n = W.box_bytes(dist_schema, p.box)
+                    fed, far = fed + n, far + (n if p.worker != addr else 0)
+            report.modelled += fed
+            report.task_bytes.append((fed, far))
             sql = self.sql((number, tuple(cuts.items()), tuple(ranges.items())), part, list(inputs))
             rels = [DistRel(self.rels[name].schema, columns=self.rels[name].columns) for name in inputs]
             args = [[p.future for p in parts] for _, parts in inputs.values()]
@@ -1002,6 +1020,10 @@ def _renames(rel: T.Rel) -> tuple[T.Rel, dict[str, str]]:
             return rel, columns
         columns = {k: step[c] for k, c in columns.items()}
         rel = rel.child
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
 
 
 def _show(ranges: Mapping[str, tuple[int, int]]) -> str:
