@@ -14,6 +14,7 @@ import operator
 import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -584,6 +585,32 @@ class Session:
         src, cols = wide.source(table, columns)
         local = getattr(self.executor, "local", self.executor)
         probe = src.this if isinstance(src, exp.Subquery) else exp.select(exp.Star()).from_(src)
+        if not wide.rereads(src, local.describe):
+            return self._from_table(local, src, probe, table, cols, order, fill, dtype, block_shape, blocks)
+        # read below three times (columns, count, cells): a query or a view is read once, into a snapshot
+        snap = local.snapshot(probe, "from_table")
+        try:
+            src = exp.Table(this=exp.to_identifier(snap, quoted=True))
+            probe = exp.select(exp.Star()).from_(src)
+            return self._from_table(local, src, probe, table, cols, order, fill, dtype, block_shape, blocks)
+        finally:
+            local.drop(snap)
+
+    def _from_table(
+        self,
+        local: Any,
+        src: exp.Expression,
+        probe: exp.Query,
+        table: str,
+        cols: list[str] | None,
+        order: list[str],
+        fill: float | None,
+        dtype: object,
+        block_shape: Sequence[int] | None,
+        blocks: Sequence[int] | None,
+    ) -> TensorRelation:
+        from tensorsql.frontend import wide
+
         _, described = local.describe(
             exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "from_table"
         )

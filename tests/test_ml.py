@@ -421,6 +421,41 @@ def test_scoring_in_sql_equals_the_model(s, separable):
         s.sql("SELECT * FROM predict('scorer', (SELECT id, f0, f1 FROM new_rows), key => 'id')")
     with pytest.raises(ts.SQLFrontendError, match="predict takes"):
         s.sql("SELECT * FROM predict('scorer', (SELECT * FROM new_rows))")
+    with pytest.raises(ts.SQLFrontendError, match="no key column 'nope'"):
+        s.sql("SELECT * FROM predict('scorer', (SELECT * FROM new_rows), key => 'nope')")
+
+
+def test_fit_reads_a_table_in_a_schema(s, separable):
+    x, y = separable
+    s.execute('CREATE SCHEMA IF NOT EXISTS "Train Data"')
+    table(s, "schema_rows", {**{f"f{i}": x[:, i] for i in range(4)}, "label": y})
+    s.execute('CREATE OR REPLACE TABLE "Train Data".rows AS SELECT * FROM schema_rows')
+    feats = [f"f{i}" for i in range(4)]
+    here = ml.LogisticRegression(s, 4, dtype="float64", seed=3)
+    there = ml.LogisticRegression(s, 4, dtype="float64", seed=3)
+    for model, source in ((here, "schema_rows"), (there, '"Train Data".rows')):
+        ml.fit(model, source, feats, "label", epochs=2, batch_size=256, optimizer=ml.SGD(0.1), seed=1,
+               progress=False)  # fmt: skip
+    ours, theirs = here.weights(), there.weights()
+    assert ours.keys() == theirs.keys()
+    for name, value in ours.items():
+        np.testing.assert_array_equal(value, theirs[name])
+
+
+def test_scoring_a_sampled_query_keeps_each_row_with_its_key(s, separable):
+    """The query is read once: with USING SAMPLE, a key read apart from its features would be another row's."""
+    x, _ = separable
+    table(s, "sampled_rows", {"id": np.arange(len(x)), **{f"f{i}": x[:, i] for i in range(4)}})
+    model = ml.LogisticRegression(s, 4, dtype="float64")
+    model.set_params([s.from_numpy(np.array([1.0, -2.0, 0.5, 0.25])), s.from_numpy(np.array(0.1))])
+    model.save("sample_scorer")
+    want = model.predict(x).numpy()
+    query = "SELECT id, f0, f1, f2, f3 FROM sampled_rows USING SAMPLE 10 ROWS"
+    for _ in range(3):
+        rows = s.sql(f"SELECT * FROM predict('sample_scorer', ({query}), key => 'id')").fetchall()
+        assert len(rows) == 10
+        for key, p in rows:
+            assert abs(p - want[key]) <= 1e-12
 
 
 def _block_reference(w, x, heads, causal=True):

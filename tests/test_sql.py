@@ -268,6 +268,39 @@ def test_from_table_makes_a_matrix_of_features(db, feats):
     np.testing.assert_array_equal(sub.numpy(), feats[5:, :2].astype(np.float32))
 
 
+def test_from_table_reads_a_query_or_a_view_once(db):
+    """Its columns, count and cells come from one read: a query whose rows change between reads (random())
+    gave a count of one read and the cells of another, rows of zeros or rows past the end."""
+    db.execute("CREATE OR REPLACE TABLE pairs AS SELECT range AS id, range + 1.0 AS a FROM range(400)")
+    db.execute("CREATE OR REPLACE VIEW some_pairs AS SELECT * FROM pairs WHERE random() < 0.5")
+    for source, columns in (
+        ("SELECT * FROM pairs WHERE random() < 0.5", ["id", "a"]),
+        ("some_pairs", ["id", "a"]),
+    ):
+        for _ in range(3):
+            got = db.from_table(source, columns, rows_by="id").numpy()
+            np.testing.assert_array_equal(got[:, 1], got[:, 0] + 1)  # every row one of the table's
+            assert len(np.unique(got[:, 0])) == len(got)
+
+
+def test_from_table_reads_a_table_in_a_schema(db, feats):
+    db.execute("CREATE SCHEMA IF NOT EXISTS s1")
+    db.execute('CREATE SCHEMA IF NOT EXISTS "My Schema"')
+    db.execute("CREATE OR REPLACE TABLE s1.t AS SELECT range AS id, range * 2.0 AS a FROM range(5)")
+    db.execute(
+        'CREATE OR REPLACE TABLE "My Schema"."T x" AS SELECT range AS id, -1.0 * range AS a FROM range(3)'
+    )
+    db.execute('CREATE OR REPLACE TABLE "dot.ted" AS SELECT 7.0 AS a')
+    np.testing.assert_array_equal(db.from_table("s1.t", ["a"], rows_by="id").numpy().ravel(), [0, 2, 4, 6, 8])
+    np.testing.assert_array_equal(db.from_table("main.feats", ["a"]).shape, (10, 1))
+    np.testing.assert_array_equal(
+        db.from_table('"My Schema"."T x"', ["a"], rows_by="id").numpy().ravel(), [0, -1, -2]
+    )
+    np.testing.assert_array_equal(db.from_table('"dot.ted"', ["a"]).numpy(), [[7.0]])
+    with pytest.raises(ts.SQLExecutionError, match="nope"):
+        db.from_table("s1.nope", ["a"])
+
+
 def test_from_table_nulls_are_an_error_or_the_fill(db, feats):
     np.testing.assert_array_equal(
         db.from_table("holes", ["x"], rows_by="id", fill=-1).numpy().ravel(), [0, 1, 2, -1, 4]

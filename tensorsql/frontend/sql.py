@@ -14,9 +14,10 @@ Operands are tensor tables (saved relations), nested calls, or ``(SELECT * FROM 
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +51,7 @@ class Rewritten:
     explain: bool = False
     #: every relation the statement's calls made: their temporary tables (``tensor_from_cells``, a call
     #: computed first) live as long as these do
-    made: list[TensorRelation] = field(default_factory=list)
+    made: list[object] = field(default_factory=list)
     #: the statement's own text, when it has no tensor syntax (passed to DuckDB untouched)
     original: str | None = None
     #: calls whose tables are temporary (tensor_from_cells, a call computed first): no view may read them
@@ -119,6 +120,21 @@ def _ours(node: exp.Expression, names: tuple[str, ...]) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.lower() in names
 
 
+class _Snapshot:
+    """A query's rows as they are now, in a temporary table dropped when this goes (with the statement's
+    DuckDB relation, which reads it again each time it runs)."""
+
+    def __init__(self, executor: Any, query: exp.Query) -> None:
+        self.name = executor.snapshot(query, "predict")
+        self.executor = executor
+        weakref.finalize(self, executor.drop, self.name)
+
+    def columns(self) -> list[str]:
+        table = exp.Table(this=exp.to_identifier(self.name, quoted=True))
+        _, described = self.executor.describe(exp.select(exp.Star()).from_(table).limit(0), "predict")
+        return [str(d[0]) for d in described]
+
+
 class _Rewriter:
     def __init__(self, session: Session, explain: bool = False) -> None:
         self.s = session
@@ -127,7 +143,7 @@ class _Rewriter:
         #: a call EXPLAIN cannot show DuckDB's plan of (it would have to compute something first)
         self.unbound = False
         self.calls: list[tuple[str, TensorRelation]] = []
-        self.made: list[TensorRelation] = []
+        self.made: list[object] = []
         self.temps = False
         #: stored tables named by the statement, by folded name (``prefetch``)
         self.known: dict[str, TensorRelation] = {}
@@ -371,14 +387,23 @@ class _Rewriter:
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
         inner = self.rewrite(pos[1].this.copy())
-        text = inner.sql(dialect="duckdb", normalize_functions=False)
         if self.explain:  # EXPLAIN reads no rows: the features are not gathered
             self.unbound = True
             return exp.select(exp.Null())
+        # the query read once: its features and the keys beside them come from the same rows (read twice, a
+        # query with USING SAMPLE or random() paired keys with other rows' predictions)
+        rows = _Snapshot(self.s.executor, inner)
+        self.made.append(rows)
         try:
-            x = self.s.from_table(text, rows_by=key, dtype=model.dtype)
+            names = rows.columns()
+            if key.lower() not in {n.lower() for n in names}:
+                raise SQLFrontendError(f"the query has no key column {key!r} (columns: {names})")
+            feats = [n for n in names if n.lower() != key.lower()]
+            x = self.s.from_table(rows.name, feats, rows_by=key, dtype=model.dtype) if feats else None
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
+        if x is None:
+            raise SQLFrontendError(f"{_where(call)}: the query has no feature columns besides {key!r}")
         self.made.append(x)
         self.temps = True
         if x.shape[1] != model.n_features:
@@ -396,7 +421,12 @@ class _Rewriter:
         keys = exp.select(
             exp.column(key, quoted=True),
             exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), "_ts_pos", quoted=True),
-        ).from_(exp.Subquery(this=inner, alias=exp.TableAlias(this=exp.to_identifier("_ts_rows"))))
+        ).from_(
+            exp.Table(
+                this=exp.to_identifier(rows.name, quoted=True),
+                alias=exp.TableAlias(this=exp.to_identifier("_ts_rows")),
+            )
+        )
         cols = [exp.column(key, table="k", quoted=True)]
         if out.ndim == 2:
             cols.append(exp.alias_(exp.column("i1", table="c", quoted=True), "class", quoted=True))

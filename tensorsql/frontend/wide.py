@@ -5,7 +5,7 @@ feature, UNION ALL), which ``from_sql`` packs into blocks; nothing passes throug
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import sqlglot
 from sqlglot import exp
@@ -62,7 +62,41 @@ def source(
         return exp.Subquery(this=query), list(columns) if columns is not None else None
     if columns is None:
         raise ConfigError(f"{caller}: a table name needs columns=[...] (the features, in order)")
-    return exp.Table(this=_ident(table, "table")), list(columns)
+    return table_ref(table), list(columns)
+
+
+def table_ref(name: str) -> exp.Table:
+    """A table name as SQL writes it: ``t``, ``schema.t`` or ``catalog.schema.t``, a quoted part kept as
+    written (``"My Schema"."T"``, ``"a.b"`` for a table whose name has a dot); a name that does not read as
+    one (a space, a stray quote) is one identifier. Every part is quoted: a name is data."""
+    try:
+        ref = exp.to_table(name, dialect="duckdb")
+    except SqlglotError:
+        ref = None
+    if (
+        not isinstance(ref, exp.Table)
+        or ref.alias
+        or len(ref.parts) > 3
+        or not all(isinstance(p, exp.Identifier) and p.name for p in ref.parts)
+    ):
+        return exp.Table(this=_ident(name, "table"))
+    for part in ref.parts:
+        part.set("quoted", True)
+    return ref
+
+
+def rereads(src: exp.Expression, describe: Callable[[exp.Expression, str], tuple[list, list]]) -> bool:
+    """Whether reading ``src`` again may give other rows: a query (``USING SAMPLE``, ``random()``, a table
+    written in between) or a view, which runs its query at every read. Such a source is read once into a
+    snapshot by a caller that reads it more than once (its columns, its count, its cells)."""
+    if not isinstance(src, exp.Table):
+        return True
+    match = exp.func("lower", exp.column("view_name")).eq(exp.Literal.string(src.name.lower()))
+    query = exp.select(exp.Count(this=exp.Star())).from_(exp.func("duckdb_views")).where(
+        exp.and_(exp.Not(this=exp.column("internal")), match)
+    )
+    ((views,),) = describe(query, "a view's rows")[0]
+    return bool(views)
 
 
 def cells_query(
@@ -125,4 +159,4 @@ def check_types(description: list[tuple], columns: list[str], caller: str = "fro
             )
 
 
-__all__ = ["cells_query", "check_types", "source", "unused"]
+__all__ = ["cells_query", "check_types", "rereads", "source", "table_ref", "unused"]

@@ -263,6 +263,24 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
+    def snapshot(self, query: exp.Query, what: str) -> str:
+        """The rows of ``query`` as they are now, in a temporary table (its name; ``drop`` it): a query read
+        more than once (its columns, its count, its cells, the keys beside them) must give the same rows
+        each time, and one with ``USING SAMPLE``, ``random()`` or a table written in between would not."""
+        name = f"_ts_tmp_{next(_ids)}"
+        create = exp.Create(
+            this=exp.Table(this=sqlgen.ident(name)),
+            kind="TABLE",
+            expression=query,
+            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
+        )
+        with self._lock:
+            try:
+                self.con.execute(sqlgen.sql_text(create)).fetchall()
+            except duckdb.Error as exc:
+                raise wrap(exc, what) from exc
+        return name
+
     def close(self) -> None:
         with self._lock:
             self.closed = True
