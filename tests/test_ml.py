@@ -379,16 +379,39 @@ def test_bad_model_arguments_are_typed_errors(s):
         opt.step([s.from_numpy(np.ones((1, 2)))], [s.from_numpy(np.ones((1, 2)))])
 
 
-def test_a_checkpoint_of_another_optimizer_is_a_config_error(s, separable):
+@pytest.mark.parametrize(
+    ("model", "optimizer", "match"),
+    [
+        ("logistic64", ml.Adam(0.1), "with SGD; this fit trains .* with Adam keeping m, v"),
+        ("logistic64", ml.SGD(0.1, momentum=0.9), "with SGD; this fit trains .* with SGD keeping velocity"),
+        ("logistic32", ml.SGD(0.1), "a float64 logistic_regression .*; this fit trains a float32"),
+        ("linear64", ml.SGD(0.1), "logistic_regression .*; this fit trains a float64 linear_regression"),
+        ("logistic64x3", ml.SGD(0.1), r"\{'n_features': 4\} .*; this fit trains .*\{'n_features': 3\}"),
+    ],
+)
+def test_a_checkpoint_of_another_model_or_optimizer_is_a_config_error(s, separable, model, optimizer, match):
+    """The progress row keeps what it was written for; the tables alone missed Adam -> AdamW, momentum ->
+    none, one model kind -> another of the same weights."""
     feats = ["f0", "f1", "f2", "f3"]
     ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=1, batch_size=600,
            optimizer=ml.SGD(0.1), checkpoint="ck_sgd", progress=False)  # fmt: skip
-    with pytest.raises(ts.ConfigError, match=r"'ck_sgd' \(epoch 1\) lacks ck_sgd__e1__W__m.*Adam"):
-        ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=2,
-               batch_size=600, optimizer=ml.Adam(0.1), checkpoint="ck_sgd", progress=False)  # fmt: skip
-    with pytest.raises(ts.ConfigError, match=r"'ck_sgd' does not fit this model: .*must be float32"):
-        ml.fit(ml.LogisticRegression(s, 4), "points", feats, "label", epochs=2, batch_size=600,
-               optimizer=ml.SGD(0.1), checkpoint="ck_sgd", progress=False)  # fmt: skip
+    other = {
+        "logistic64": lambda: ml.LogisticRegression(s, 4, dtype="float64"),
+        "logistic32": lambda: ml.LogisticRegression(s, 4),
+        "linear64": lambda: ml.LinearRegression(s, 4, dtype="float64"),
+        "logistic64x3": lambda: ml.LogisticRegression(s, 3, dtype="float64"),
+    }[model]()
+    cols = feats[: other.features]
+    with pytest.raises(ts.ConfigError, match=r"checkpoint 'ck_sgd' \(epoch 1\) was written for .*" + match):
+        ml.fit(other, "points", cols, "label", epochs=2, batch_size=600, optimizer=optimizer,
+               checkpoint="ck_sgd", progress=False)  # fmt: skip
+    before = set(s.tables())  # a new learning rate resumes
+    ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=2, batch_size=600,
+           optimizer=ml.SGD(0.2), checkpoint="ck_sgd", progress=False)  # fmt: skip
+    assert "ck_sgd__e2__W" in set(s.tables()) - before
+    s.drop("ck_sgd__e2__W")
+    s.drop("ck_sgd__e2__b")
+    s.execute("DROP TABLE ck_sgd__progress")
 
 
 def test_scoring_in_sql_equals_the_model(s, separable):
@@ -442,8 +465,41 @@ def test_fit_reads_a_table_in_a_schema(s, separable):
         np.testing.assert_array_equal(value, theirs[name])
 
 
+def test_model_names_in_another_case_are_the_same_model(s):
+    """DuckDB's table names fold case: "Churn" and "churn" shared weight tables, and loading one gave the
+    other's weights."""
+    a = ml.LogisticRegression(s, 2, dtype="float64")
+    a.set_params([s.from_numpy(np.array([1.0, 2.0])), s.from_numpy(np.array(0.5))])
+    a.save("Churn")
+    b = ml.LogisticRegression(s, 2, dtype="float64")
+    b.set_params([s.from_numpy(np.array([-7.0, 9.0])), s.from_numpy(np.array(0.0))])
+    b.save("churn")  # the same model, saved again
+    rows = s.execute("SELECT name FROM tensorsql_models WHERE lower(name) = 'churn'")
+    assert rows == [("churn",)]
+    for name in ("Churn", "CHURN"):
+        np.testing.assert_array_equal(ml.load(s, name).weights()["W"], [-7.0, 9.0])
+
+
+def test_saving_a_model_inside_the_users_transaction_keeps_it(s):
+    """A save's own BEGIN inside the user's failed and aborted it, and its ROLLBACK ended the user's
+    transaction: the user's writes were lost. A save is now part of the user's transaction."""
+    s.execute("CREATE OR REPLACE TABLE audit (x INTEGER)")
+    model = ml.LinearRegression(s, 3, dtype="float64", seed=4)
+    s.execute("BEGIN")
+    s.execute("INSERT INTO audit VALUES (1)")
+    model.save("in_txn")
+    s.execute("COMMIT")
+    assert s.execute("SELECT * FROM audit") == [(1,)]
+    np.testing.assert_array_equal(ml.load(s, "in_txn").weights()["W"], model.weights()["W"])
+    s.execute("BEGIN")
+    model.save("rolled_back")
+    s.execute("ROLLBACK")  # the user's rollback takes the save with it
+    with pytest.raises(ts.TableNotFoundError, match="no saved model 'rolled_back'"):
+        ml.load(s, "rolled_back")
+
+
 def test_scoring_a_sampled_query_keeps_each_row_with_its_key(s, separable):
-    """The query is read once: with USING SAMPLE, a key read apart from its features would be another row's."""
+    """The query is read once: with USING SAMPLE, a key read apart from its features was another row's."""
     x, _ = separable
     table(s, "sampled_rows", {"id": np.arange(len(x)), **{f"f{i}": x[:, i] for i in range(4)}})
     model = ml.LogisticRegression(s, 4, dtype="float64")

@@ -125,9 +125,6 @@ class Model:
         _ensure_models_table(s)  # a table of that name that is not the models' fails here, before any weight
         table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
         s.execute(exp.select("name", "kind", "config").from_(table.copy()).limit(0), "save model")
-        for k, rel in self.params.items():
-            s.save(rel, f"{name}__{k}", replace=True)
-        s.execute(exp.delete(table, where=exp.column("name").eq(exp.Literal.string(name))), "save model")
         row = exp.Tuple(
             expressions=[
                 exp.Literal.string(name),
@@ -135,11 +132,23 @@ class Model:
                 exp.Literal.string(json.dumps({**self.config(), "dtype": self.dtype})),
             ]
         )
-        s.execute(exp.insert(exp.Values(expressions=[row]), table), "save model")
+        # the weights and the row together (a model half saved is no model); inside a transaction the
+        # user began, part of it. A name in another case is the same model: DuckDB's table names fold
+        # case, so "Churn" and "churn" would share weight tables
+        with getattr(s.executor, "local", s.executor).transaction("save model"):
+            for k, rel in self.params.items():
+                s.save(rel, f"{name}__{k}", replace=True)
+            s.execute(exp.delete(table, where=_named(name)), "save model")
+            s.execute(exp.insert(exp.Values(expressions=[row]), table), "save model")
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{v.shape}" for k, v in self.params.items())
         return f"<{type(self).__name__} {self.dtype} {shapes}>"
+
+
+def _named(name: str) -> exp.Expression:
+    """The ``tensorsql_models`` rows of model ``name``, in any case of its letters (as its tables)."""
+    return exp.func("lower", exp.column("name")).eq(exp.Literal.string(name.lower()))
 
 
 def _ensure_models_table(s: Session) -> None:
@@ -311,13 +320,18 @@ def load(session: Session, name: str) -> Model:
     from tensorsql.errors import TableNotFoundError, TensorSQLError
 
     table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
-    query = exp.select("kind", "config").from_(table).where(exp.column("name").eq(exp.Literal.string(name)))
+    query = exp.select("kind", "config").from_(table).where(_named(name))
     try:
         rows = session.execute(query, "load model")
     except TensorSQLError as exc:
         raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)") from exc
     if not rows:
         raise TableNotFoundError(f"no saved model {name!r} in {MODELS}")
+    if len(rows) > 1:  # saved by a version that told names apart by case: their weight tables are one set
+        raise CatalogError(
+            f"{MODELS} has {len(rows)} models named {name!r} in different cases, which share their weight "
+            "tables; save the model again to keep one"
+        )
     kind, config = rows[0]
     cls = KINDS.get(kind)
     if cls is None:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -450,22 +450,20 @@ class Checkpoint:
         ]
         schema = exp.Schema(this=self.progress.copy(), expressions=cols)
         s.execute(exp.Create(this=schema, kind="TABLE", exists=True))
+        setup = exp.ColumnDef(this=_ident("setup"), kind=exp.DataType.build("VARCHAR"), exists=True)
+        s.execute(exp.Alter(this=self.progress.copy(), kind="TABLE", actions=[setup]))  # one written before
         before = self._epoch()
         row = exp.Tuple(
             expressions=[
                 exp.Literal.number(epoch),
                 exp.Literal.number(optimizer.steps),
                 exp.Literal.string(json.dumps(losses)),
+                exp.Literal.string(json.dumps(_setup(model, optimizer), sort_keys=True)),
             ]
         )
-        s.execute(exp.Transaction())
-        try:
+        with _database(s).transaction("checkpoint"):
             s.execute(exp.delete(self.progress.copy()))
             s.execute(exp.insert(exp.Values(expressions=[row]), self.progress.copy()))
-            s.execute(exp.Commit())
-        except TensorSQLError:
-            s.execute(exp.Rollback())
-            raise
         if before is not None and before != epoch:
             stored = set(s.tables())
             for old in self._tables(model, optimizer, before).values():
@@ -489,6 +487,19 @@ class Checkpoint:
         if not rows:
             return None
         epoch, steps, losses = int(rows[0][0]), int(rows[0][1]), json.loads(rows[0][2])
+        try:  # a checkpoint written before the setup was kept has only its tables to go by
+            ((written,),) = self.s.execute(exp.select("setup").from_(self.progress.copy()))
+        except TensorSQLError:
+            written = None
+        if written is not None:
+            want = _setup(model, optimizer)
+            got = json.loads(written)
+            if got != json.loads(json.dumps(want)):
+                raise ConfigError(
+                    f"fit: checkpoint {self.name!r} (epoch {epoch}) was written for {_describe(got)}; this "
+                    f"fit trains {_describe(want)} (give another checkpoint name, or drop its tables to "
+                    "start over)"
+                )
         tables = self._tables(model, optimizer, epoch)
         stored = {n.lower() for n in self.s.tables()}
         missing = sorted(t for t in tables.values() if t.lower() not in stored)
@@ -538,3 +549,27 @@ class _Progress:
 
 
 __all__ = ["Checkpoint", "History", "Stepper", "fit"]
+
+
+def _database(s: Session) -> Any:
+    """The session's own DuckDB executor (a cluster session's catalog database)."""
+    return getattr(s.executor, "local", s.executor)
+
+
+def _setup(model: Model, optimizer: Optimizer) -> dict[str, object]:
+    """What a checkpoint was written for: the model (kind, sizes, dtype) and the optimizer (its kind and the
+    state it keeps). Its settings (learning rate, betas, decay) may change on a resume."""
+    return {
+        "model": model.kind,
+        "config": model.config(),
+        "dtype": model.dtype,
+        "optimizer": type(optimizer).__name__,
+        "state": list(optimizer.state_names),
+    }
+
+
+def _describe(setup: dict[str, object]) -> str:
+    state = setup.get("state")
+    keeps = f" keeping {', '.join(map(str, state))}" if isinstance(state, list) and state else ""
+    model = f"a {setup.get('dtype')} {setup.get('model')} {setup.get('config')}"
+    return f"{model} with {setup.get('optimizer')}{keeps}"

@@ -7,10 +7,11 @@ reaches DuckDB as a bound parameter (``?``), never as SQL text.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import duckdb
 from sqlglot import exp
@@ -263,13 +264,38 @@ def remove(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Drops a stored tensor relation: its table and its catalog entries, in one transaction."""
     if not _catalog_exists(con) or not (rows := _matches(con, name)):
         raise TableNotFoundError(f"no tensor relation {name!r} to drop")
-    _rows(con, exp.Transaction(), what="drop")
-    try:
+    with transaction(con, f"drop {name!r}"):
         for row in rows:
             drop = exp.Drop(tables=[exp.Table(this=ident(row[0]))], kind="TABLE", exists=True)
             _rows(con, drop, what=f"drop {name!r}")
             _rows(con, exp.delete(_table(), where=_eq("name", _param())), [row[0]], what=f"drop {name!r}")
-        _rows(con, exp.Commit(), what=f"drop {name!r}")
+
+
+def in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the connection is inside a transaction its user began: two statements in a row then share
+    one transaction id (each has its own in auto-commit). DuckDB has no other way to ask, and a BEGIN there
+    would fail and abort the user's transaction."""
+    query = sql_text(exp.select(exp.Anonymous(this="txid_current", expressions=[])))
+    try:
+        first, second = (con.execute(query).fetchall()[0][0] for _ in range(2))
+    except duckdb.Error as exc:  # an aborted transaction answers nothing: it is one
+        log.debug("tensorsql: txid_current: %s", exc)
+        return True
+    return bool(first == second)
+
+
+@contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection, what: str) -> Iterator[None]:
+    """BEGIN ... COMMIT around the block, ROLLBACK when it fails; inside a transaction the user began, the
+    block is part of that one (it commits or rolls back with the user's), and a failure is left to the user
+    to roll back: tensorsql never ends a transaction it did not begin."""
+    if in_transaction(con):
+        yield
+        return
+    _rows(con, exp.Transaction(), what=what)
+    try:
+        yield
+        _rows(con, exp.Commit(), what=what)
     except BaseException:
         rollback(con)
         raise

@@ -20,6 +20,7 @@ reads the same lent arrays.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import logging
@@ -27,7 +28,7 @@ import math
 import os
 import threading
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -425,15 +426,15 @@ class DuckDBExecutor:
     def with_entry(self, entry: CatalogEntry, fill: Callable[[], object]) -> None:
         """``fill()`` (which makes table ``entry.name``) and its catalog entry, in one transaction: both or
         neither."""
-        with self._lock:
-            self.query(exp.Transaction(), "begin")
-            try:
-                fill()
-                self.catalog.put(entry)
-                self.query(exp.Commit(), "commit")
-            except BaseException:
-                catalog.rollback(self.con)
-                raise
+        with self._lock, self.transaction(f"save {entry.name!r}"):
+            fill()
+            self.catalog.put(entry)
+
+    @contextlib.contextmanager
+    def transaction(self, what: str) -> Iterator[None]:
+        """The block in one transaction (``catalog.transaction``: part of the user's where one is open)."""
+        with self._lock, catalog.transaction(self.con, what):
+            yield
 
     def ingest_rows(
         self, query: str, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str
