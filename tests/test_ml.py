@@ -321,6 +321,60 @@ def test_fit_errors(s, separable):
         ml.fit(softmax, "SELECT f0, f1 AS label FROM points", label="label", progress=False)
 
 
+def test_fit_label_and_feature_checks(s):
+    """Labels a loss cannot take are ConfigErrors; labels of any numeric SQL type a class id can be read
+    from train; NaN and infinities are refused like NULLs (they made every weight NaN)."""
+    x = np.linspace(-1, 1, 40)
+    y = (x > 0).astype(np.int32)
+    table(s, "labels", {"a": x, "y": y, "pm": np.where(x > 0, 1, -1), "big": y * 3})
+    logistic = ml.LogisticRegression(s, 1, dtype="float64")
+    for col in ("pm", "big"):
+        with pytest.raises(ts.ConfigError, match=r"labels must be 0/1 classes or probabilities in \[0, 1\]"):
+            ml.fit(logistic, "labels", ["a"], col, epochs=1, progress=False)
+    casts = ("y = 1", "y::DECIMAL(18, 0)", "y::HUGEINT", "y::UTINYINT", "y::DOUBLE")
+    losses = []
+    for cast in casts:  # one batch of all rows: the shuffle hashes the label's value, not its class
+        query = f"SELECT a, {cast} AS label FROM labels"
+        model = ml.SoftmaxRegression(s, 1, 2, dtype="float64")
+        losses.append(ml.fit(model, query, label="label", epochs=2, batch_size=40, progress=False).losses)
+        model = ml.LogisticRegression(s, 1, dtype="float64")
+        ml.fit(model, query, label="label", epochs=1, batch_size=8, progress=False)
+    np.testing.assert_allclose(losses, [losses[0]] * len(casts), rtol=1e-12)  # the same classes
+    s.execute("CREATE OR REPLACE TABLE odd AS SELECT a, y FROM labels")
+    s.execute("UPDATE odd SET a = 'nan'::DOUBLE WHERE y = 1 AND a > 0.9")
+    for cache in (True, False):
+        with pytest.raises(ts.ConfigError, match=r"column 'a' has nan \(features and labels must be finite"):
+            ml.fit(logistic, "odd", ["a"], "y", epochs=1, cache=cache, progress=False)
+        with pytest.raises(ts.ConfigError, match=r"column 'y' has inf"):
+            ml.fit(ml.LinearRegression(s, 1, dtype="float64"), "SELECT a, 'inf'::DOUBLE AS y FROM labels",
+                   label="y", epochs=1, cache=cache, progress=False)  # fmt: skip
+        assert ml.fit(logistic, "labels", ["a"], "y", epochs=1, cache=cache, progress=False).losses  # usable
+    with pytest.raises(ts.ConfigError, match=r"columns .* repeat a name"):
+        ml.fit(ml.LogisticRegression(s, 2), "labels", ["a", "A"], "y", progress=False)
+    with pytest.raises(ts.ConfigError, match="seed must be a non-negative int"):
+        ml.fit(logistic, "labels", ["a"], "y", seed=-1, progress=False)
+    h = ml.fit(logistic, "labels", ["a"], "y", epochs=np.int64(1), batch_size=np.int32(8), seed=np.uint8(3),
+               progress=False)  # fmt: skip
+    assert len(h.losses) == 1
+    adam = ml.Adam(0.1)
+    ml.fit(logistic, "labels", ["a"], "y", epochs=1, optimizer=adam, progress=False)
+    with pytest.raises(ts.ConfigError, match=r"optimizer holds state for parameters of shapes .* \(an"):
+        ml.fit(ml.MLP(s, [1, 3, 2]), "labels", ["a"], "y", epochs=1, optimizer=adam, progress=False)
+
+
+def test_fit_reads_a_changing_query_once(s):
+    """random() rows: counted in one read and gathered in another, the cached read refused them (and a read
+    with fewer rows than counted would have trained on rows never written)."""
+    x = np.linspace(-1, 1, 400)
+    table(s, "halves", {"a": x, "y": (x > 0).astype(np.int32)})
+    for cache in (True, False):
+        model = ml.LogisticRegression(s, 1, dtype="float64")
+        h = ml.fit(model, "SELECT * FROM halves WHERE random() < 0.5", label="y", epochs=2, batch_size=16,
+                   cache=cache, progress=False)  # fmt: skip
+        assert len(h.losses) == 2 and all(np.isfinite(h.losses))
+    assert not [t for t in s.execute("SELECT table_name FROM duckdb_tables() WHERE temporary")]
+
+
 @pytest.mark.parametrize("cache", [True, False])
 def test_columns_named_like_fits_own_helper_columns(s, cache, monkeypatch):
     """A source column named as a helper column of the shuffle (``_ts_pos``, ``_ts_hash``) or of
@@ -371,6 +425,12 @@ def test_bad_model_arguments_are_typed_errors(s):
         model.set_params([s.from_numpy(np.zeros(2))])
     with pytest.raises(ts.DTypeError, match=r"W must be float64 .* got int64"):
         model.set_params([s.from_numpy(np.zeros(2, dtype=np.int64)), s.from_numpy(np.array(0.0))])
+    model.set_params([np.array([1.0, 2.0]), 0.5])  # arrays are uploaded
+    assert model.weights()["W"].tolist() == [1.0, 2.0] and model.weights()["b"] == 0.5
+    with pytest.raises(ts.DTypeError, match="weight W must be numbers, got str"):
+        model.set_params(["ab", 0.5])
+    with pytest.raises(ts.ConfigError, match="set_params takes a list of weights"):
+        model.set_params("W")
     with pytest.raises(ts.DTypeError, match="features must be numbers, got an array of <U1"):
         model.predict(np.array([["a", "b"]]))
     opt = ml.Adam(0.1)

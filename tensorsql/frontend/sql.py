@@ -428,7 +428,7 @@ class _Rewriter:
             )
         )
         cols = [exp.column(key, table="k", quoted=True)]
-        if out.ndim == 2:
+        if out.ndim == 2 and out.shape[1] > 1:  # one output (a regression MLP's (rows, 1)): no class column
             cols.append(exp.alias_(exp.column("i1", table="c", quoted=True), "class", quoted=True))
         cols.append(exp.alias_(exp.column("value", table="c", quoted=True), "prediction", quoted=True))
         on = exp.column("i0", table="c", quoted=True).eq(exp.column("_ts_pos", table="k", quoted=True))

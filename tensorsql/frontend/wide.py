@@ -51,7 +51,7 @@ def source(
             raise ConfigError(
                 f"{caller}: columns must be a non-empty list of column names, got {columns!r}"
             )
-        if len(set(columns)) != len(columns):
+        if len({c.lower() for c in columns}) != len(columns):  # DuckDB's names fold case: "a" is "A"
             raise ConfigError(f"{caller}: columns {list(columns)} repeat a name")
     head = table.lstrip()[:6].upper()
     if head.startswith(("SELECT", "WITH", "VALUES", "FROM")):

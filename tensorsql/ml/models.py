@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -98,11 +99,29 @@ class Model:
                 value = np.zeros(shape)
             self.params[name] = self.session.from_numpy(value.astype(self.dtype))
 
-    def set_params(self, params: list[TensorRelation]) -> None:
+    def set_params(self, params: Sequence[object]) -> None:
+        """The weights, in the order of ``names``: relations of this session, or arrays (uploaded as they
+        are: an array of another dtype than the model's is a DTypeError, never a silent cast)."""
+        from tensorsql.relation import TensorRelation
+
+        if isinstance(params, str | bytes) or not isinstance(params, Sequence):
+            raise ConfigError(f"{self.kind}: set_params takes a list of weights {self.names}, got {params!r}")
         if len(params) != len(self.names):
             raise ShapeError(
                 f"{self.kind}: set_params takes {len(self.names)} weights {self.names}, got {len(params)}"
             )
+        rels: list[TensorRelation] = []
+        for name, given in zip(self.names, params, strict=True):
+            if isinstance(given, TensorRelation):
+                if given.session is not self.session:
+                    raise ShapeError(f"{self.kind}: weight {name} belongs to another session than the model")
+                rels.append(given)
+                continue
+            arr = np.asarray(given)
+            if arr.dtype.kind not in "biufc":
+                raise DTypeError(f"{self.kind}: weight {name} must be numbers, got {type(given).__name__}")
+            rels.append(self.session.from_numpy(arr))
+        params = rels
         for name, rel in zip(self.names, params, strict=True):
             if rel.shape != self.params[name].shape:
                 raise ShapeError(f"{self.kind}: {name} has shape {self.params[name].shape}, got {rel.shape}")
@@ -196,6 +215,17 @@ class LogisticRegression(LinearRegression):
     def predict(self, x: object) -> TensorRelation:
         return api.sigmoid(self.forward(x))  # type: ignore[return-value]
 
+    def targets(self, y: np.ndarray) -> np.ndarray:
+        """0/1 classes (booleans too) or probabilities: the cross-entropy of a target outside [0, 1] falls
+        without bound (labels 3/5 trained to a loss of -800), of -1/+1 too."""
+        t = _numbers(y, self.kind)
+        bad = ~((t >= 0) & (t <= 1))  # NaN too
+        if bad.any():
+            raise ConfigError(
+                f"{self.kind}: labels must be 0/1 classes or probabilities in [0, 1], got {t[bad][:5]!r}"
+            )
+        return t.astype(self.dtype)
+
 
 class SoftmaxRegression(Model):
     """``p = softmax(X W + b)`` over ``n_classes``; labels are class ids 0..n_classes-1."""
@@ -230,8 +260,23 @@ class SoftmaxRegression(Model):
         return one_hot(y, self.classes, self.dtype, self.kind)
 
 
+def _numbers(y: object, what: str) -> np.ndarray:
+    """A label column as numbers: booleans as 0/1, DECIMAL and HUGEINT values (Python objects) as floats."""
+    arr = np.asarray(y)
+    if arr.dtype.kind == "b":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "O":
+        try:
+            return arr.astype(np.float64)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"{what}: labels must be numbers, got {arr[:5]!r}...") from exc
+    if arr.dtype.kind not in "iuf":
+        raise ConfigError(f"{what}: labels must be numbers, got an array of {arr.dtype}")
+    return arr
+
+
 def one_hot(y: np.ndarray, classes: int, dtype: str, what: str) -> np.ndarray:
-    ids = np.asarray(y)
+    ids = _numbers(y, what)
     if ids.dtype.kind == "f":
         if not np.all(np.isfinite(ids)) or not np.all(ids == np.round(ids)):
             raise ConfigError(f"{what}: labels must be class ids (integers), got {ids[:5]!r}...")

@@ -197,6 +197,10 @@ class DuckDBExecutor:
         self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
         #: uploaded views, checked whole when uploaded (immutable Arrow tables: reads skip the checks)
         self._views: set[str] = set()
+        #: while a result is streamed from the connection (``read_batches``), the clean-ups finalizers ask
+        #: for (garbage collected in the consumer, same thread): the connection takes no other query then
+        self._streaming = 0
+        self._deferred: list[tuple[Callable[[str], None], str]] = []
         #: the stage tables of a run in waves (``staged``), ours: reads skip the checks
         self._stages: set[str] = set()
         #: sinks and slots: None until checked once against this connection
@@ -349,6 +353,9 @@ class DuckDBExecutor:
             self._views.discard(name)
             if self.closed:
                 return
+            if self._streaming:
+                self._deferred.append((self.release, name))
+                return
             try:
                 self.con.unregister(name)
             except duckdb.Error as exc:
@@ -357,6 +364,9 @@ class DuckDBExecutor:
     def drop(self, name: str) -> None:
         with self._lock:
             if self.closed:
+                return
+            if self._streaming:
+                self._deferred.append((self.drop, name))
                 return
             drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
             try:
@@ -517,12 +527,22 @@ class DuckDBExecutor:
         """Streams the rows of ``build()``'s query to ``consume``, ``rows`` at a time, so the caller can keep
         what it needs of each batch without the whole result held as Arrow at once."""
         with self._lock:
+            reader = None
+            self._streaming += 1
             try:
                 reader = self.con.sql(sqlgen.sql_text(build())).to_arrow_reader(rows)
                 for batch in reader:
                     consume(batch)
             except duckdb.Error as exc:
                 raise wrap(exc, "to_rows") from exc
+            finally:  # a consumer that raises leaves the result open: the connection would refuse the next
+                if reader is not None:
+                    reader.close()
+                self._streaming -= 1
+                if not self._streaming:
+                    deferred, self._deferred = self._deferred, []
+                    for clean, name in deferred:
+                        clean(name)
 
     def text(self, plan: Plan, pretty: bool = True) -> str:
         """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
