@@ -658,10 +658,12 @@ def _over(x: object, over: int | Sequence[int], what: str) -> tuple[TensorRelati
         arr = arr.astype(np.result_type(arr.dtype, np.float32) if arr.dtype.kind != "c" else arr.dtype)
         rel = s.from_numpy(arr.astype(carrier_dtype(arr.dtype), copy=False))
     ndim = rel.ndim
-    axes = (over,) if isinstance(over, int) else tuple(over)
+    if isinstance(over, str | bytes) or not isinstance(over, int | np.integer | Sequence):
+        raise ShapeError(f"{what}: over must be an axis or a list of axes, got {over!r}")
+    axes = (over,) if isinstance(over, int | np.integer) else tuple(over)
     norm: list[int] = []
     for a in axes:
-        if not isinstance(a, int) or not -ndim <= a < ndim:
+        if isinstance(a, bool) or not isinstance(a, int | np.integer) or not -ndim <= a < ndim:
             raise ShapeError(f"{what}: axis {a!r} is out of range for a tensor of shape {rel.shape}")
         norm.append(a % ndim)
     if len(set(norm)) != len(norm) or not norm:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _REAL = ("float32", "float64")
+_COMPLEX = ("complex64", "complex128")
 _COMPARISONS = ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal")
 
 Terms = list[tuple[object, tuple[int, ...]]]
@@ -123,8 +124,17 @@ class _Backward:
         # only the nodes a target flows into need an adjoint
         needed: set[E.Node] = set()
         for node in order:
-            if node in targets or (node not in _SHIFTS and any(c in needed for c in E.children(node))):
+            if node in targets or (
+                node not in _SHIFTS
+                and node.dtype in (*_REAL, *_COMPLEX)  # an integer is piecewise constant: no gradient flows
+                and any(c in needed for c in E.children(node))
+            ):
                 needed.add(node)
+                if node.dtype in _COMPLEX:  # its rules would drop it: a zero gradient, silently
+                    raise GradError(
+                        f"grad: the loss depends on wrt through a {node.dtype} intermediate (shape "
+                        f"{node.shape}); gradients through complex values are not supported"
+                    )
         adj: dict[E.Node, TensorRelation | _Bcast] = {
             self.root: self.s.einsum("->", np.ones((), dtype=self.root.dtype))
         }
@@ -211,7 +221,7 @@ class _Backward:
             dj += [(mask, space), (self.s.map(ties, "reciprocal"), node.out_labels)]
         elif node.agg == "prod":
             joint = joined(node.join) if len(operands) == 2 else self.call(operands, space)
-            dj += [(self.rel(node), node.out_labels), (self.s.map(joint, "reciprocal"), space)]
+            dj.append((self._others(joint, space, node.out_labels), space))
         out: list[tuple[E.Node, TensorRelation | _Bcast]] = []
         if len(operands) == 1:
             (x, lx), = operands  # fmt: skip
@@ -304,6 +314,20 @@ class _Backward:
         return self.call([(g, tuple(glabels)), *terms], out)
 
     # -- einsum over integer labels ------------------------------------------------------------------
+    def _others(self, joint: TensorRelation, space: tuple[int, ...], out: tuple[int, ...]) -> TensorRelation:
+        """d prod / d J_k = the product of the group's other elements, over ``space``, without dividing by
+        J_k (Z / J_k is 0/0 at a zero): with P the product of the group's nonzero elements, it is P / J_k
+        in a group with no zero, P at the zero of a group with one, and 0 elsewhere."""
+        zero = joint.equal(0.0)  # 1 where an element is 0
+        safe = joint + zero  # the elements, a 1 for each 0
+        nonzero = self.s.einsum(_spec([space], out), safe, agg="prod", strategy=None)
+        zeros = self.call([(zero, space)], out)  # per group
+        no_zero = self.call([(zeros.equal(0.0), out), (nonzero, out)], out)
+        one_zero = self.call([(zeros.equal(1.0), out), (nonzero, out)], out)
+        inv = self.s.map(safe, "reciprocal")
+        first = self.call([(no_zero, out), (inv, space)], space)
+        return first + self.call([(one_zero, out), (zero, space)], space)
+
     def call(self, terms: Terms, out: tuple[int, ...], join: str = "multiply") -> TensorRelation:
         spec = _spec([labels for _, labels in terms], out)
         return self.s.einsum(spec, *[t for t, _ in terms], join=join, strategy=None)

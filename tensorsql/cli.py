@@ -308,7 +308,7 @@ def cmd_shell(args: argparse.Namespace, out: IO[str]) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="tensorsql", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="tensorsql", description=" ".join(__doc__.split("\n\n")[0].split()))
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("sql", help="run one statement and print its result")
     p.add_argument("database")

@@ -11,6 +11,7 @@ operand. ``a @ b``: numpy's matmul as a contraction. ``-a``, ``abs(a)``, ``a ** 
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -99,20 +100,50 @@ def _axes(x: TensorRelation, axis: object, what: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def reduce(x: TensorRelation, axis: object, agg: str, what: str) -> TensorRelation:
-    """``x.sum(axis)`` (``max``, ``min``, ``prod``): a unary EinSum that aggregates the axes away."""
+def reduce(
+    x: TensorRelation,
+    axis: object,
+    agg: str,
+    what: str,
+    *,
+    dtype: object = None,
+    out: object = None,
+    keepdims: object = False,
+) -> TensorRelation:
+    """``x.sum(axis)`` (``max``, ``min``, ``prod``): a unary EinSum that aggregates the axes away.
+    ``dtype``, ``out`` and ``keepdims`` as numpy's (``np.sum(rel)`` passes them): the sum in ``dtype``,
+    no ``out`` (a relation is never written into), the reduced axes kept as size 1."""
+    if out is not None:
+        raise OperatorError(
+            f"{what}: out= is not supported (a relation is computed lazily, never into an array)"
+        )
+    if not isinstance(keepdims, bool | np.bool_):
+        raise OperatorError(f"{what}: keepdims must be True or False, got {keepdims!r}")
+    if dtype is not None:
+        x = astype(x, dtype)
     axes = _axes(x, axis, what)
-    letters = _letters(x.ndim, what)
-    keep = "".join(c for d, c in enumerate(letters) if d not in axes)
-    return x.session.einsum(f"{letters}->{keep}", x, agg=agg)
+    _letters(x.ndim, what)  # the einsum's label count: a clear error past 52
+    labels = list(range(x.ndim))
+    kept = [d for d in labels if d not in axes]
+    if not keepdims:
+        return x.session.einsum(x, labels, kept, agg=agg)
+    # a size-1 label per reduced axis, from a ones vector: the result keeps the axis (numpy's keepdims)
+    ones = [x.ndim + i for i in range(len(axes))]
+    result = [d if d not in axes else ones[sorted(axes).index(d)] for d in labels]
+    one = np.ones((1,) * len(axes), dtype=x.dtype)
+    return x.session.einsum(x, labels, one, ones, result, agg=agg)
 
 
-def mean(x: TensorRelation, axis: object) -> TensorRelation:
+def mean(
+    x: TensorRelation, axis: object, *, dtype: object = None, out: object = None, keepdims: object = False
+) -> TensorRelation:
     axes = _axes(x, axis, "mean")
     count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
     if count == 0:
         raise ShapeError(f"mean: the axes {axes} of shape {x.shape} hold no elements")
-    total = reduce(x if x.dtype.kind in "fc" else x.astype("float64"), axis, "sum", "mean")
+    if dtype is None and x.dtype.kind not in "fc":
+        dtype = "float64"
+    total = reduce(x, axis, "sum", "mean", dtype=dtype, out=out, keepdims=keepdims)
     return x.session.map(total, "scale", 1.0 / count)
 
 
@@ -148,6 +179,16 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     if x.dtype.kind in "fc" and e in (0.5, -1.0):
         return x.session.map(x, "sqrt" if e == 0.5 else "reciprocal")
     return x.session.map(x, "pow", e)
+
+
+def rpower(x: TensorRelation, base: object) -> TensorRelation:
+    """``base ** x`` for a positive real ``base`` and a float relation: ``exp(x * ln(base))``, a map chain
+    (so ``ts.grad`` differentiates it). numpy's integer powers of an integer relation have no such chain."""
+    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not float(base) > 0:
+        raise OperatorError(f"**: a number ** a relation needs a positive real base, got {base!r}")
+    if x.dtype.kind not in "f":
+        raise OperatorError(f"**: a number ** a {x.dtype} relation is not supported: cast it to float")
+    return x.session.map(x.session.map(x, "scale", math.log(float(base))), "exp")
 
 
 def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[int], list[bool]]:
@@ -202,8 +243,9 @@ def getitem(x: TensorRelation, key: object) -> TensorRelation:
 
     start, count, step, keep = _index(x, key)
     shape = tuple(n for n, k in zip(count, keep, strict=True) if k)
-    if 0 in count:  # numpy's empty result: nothing to read
-        return x.session.from_numpy(np.zeros(shape, dtype=x.dtype))
+    if 0 in count:  # numpy's empty result: nothing to read, but still computed from x (ts.grad finds x)
+        out = list(range(x.ndim, x.ndim + len(shape)))
+        return x.session.einsum(x, list(range(x.ndim)), np.zeros(shape, dtype=x.dtype), out, out)
     if all(keep) and step == [1] * x.ndim and list(count) == list(x.shape):
         return x  # the whole tensor
     node = E.Slice(

@@ -274,24 +274,34 @@ class TensorRelation:
     def __pow__(self, exponent: object) -> TensorRelation:
         return operators.power(self, exponent)
 
+    def __rpow__(self, base: object) -> TensorRelation:
+        return operators.rpower(self, base)
+
     @property
     def T(self) -> TensorRelation:
         return operators.transpose(self)
 
-    def sum(self, axis: object = None) -> TensorRelation:
-        return operators.reduce(self, axis, "sum", "sum")
+    # numpy's reductions (np.sum(rel), np.mean(rel), ...) call these with dtype=, out=, keepdims=
+    def sum(
+        self, axis: object = None, dtype: object = None, out: object = None, keepdims: object = False
+    ) -> TensorRelation:
+        return operators.reduce(self, axis, "sum", "sum", dtype=dtype, out=out, keepdims=keepdims)
 
-    def max(self, axis: object = None) -> TensorRelation:
-        return operators.reduce(self, axis, "max", "max")
+    def max(self, axis: object = None, out: object = None, keepdims: object = False) -> TensorRelation:
+        return operators.reduce(self, axis, "max", "max", out=out, keepdims=keepdims)
 
-    def min(self, axis: object = None) -> TensorRelation:
-        return operators.reduce(self, axis, "min", "min")
+    def min(self, axis: object = None, out: object = None, keepdims: object = False) -> TensorRelation:
+        return operators.reduce(self, axis, "min", "min", out=out, keepdims=keepdims)
 
-    def prod(self, axis: object = None) -> TensorRelation:
-        return operators.reduce(self, axis, "prod", "prod")
+    def prod(
+        self, axis: object = None, dtype: object = None, out: object = None, keepdims: object = False
+    ) -> TensorRelation:
+        return operators.reduce(self, axis, "prod", "prod", dtype=dtype, out=out, keepdims=keepdims)
 
-    def mean(self, axis: object = None) -> TensorRelation:
-        return operators.mean(self, axis)
+    def mean(
+        self, axis: object = None, dtype: object = None, out: object = None, keepdims: object = False
+    ) -> TensorRelation:
+        return operators.mean(self, axis, dtype=dtype, out=out, keepdims=keepdims)
 
     def astype(self, dtype: object) -> TensorRelation:
         return operators.astype(self, dtype)

@@ -88,6 +88,25 @@ def test_every_agg(s, join, agg):
     check(s, lambda A, B, W: weighted(s.einsum("ij,jk->ik", A, B, join=join, agg=agg), W), [a, b, w], [0, 1])
 
 
+def test_prod_at_zeros(s):
+    """d prod / dx_k is the product of the other elements: G * Z / J was 0/0 (NaN) at a zero, and the NaN
+    spread upstream (through a relu that makes zeros, to every weight under it)."""
+    a = r(4, 5)
+    a[0, 1] = 0.0  # a group with one zero
+    a[1, 1] = a[1, 3] = 0.0  # with two
+    check(s, lambda A, W: weighted(A.prod(axis=1), W), [a, r(4)], [0])
+    check(s, lambda A, B, W: weighted(s.einsum("ij,jk->ik", A, B, join="add", agg="prod"), W),
+          [a, np.zeros((5, 2)), r(4, 2)], [0, 1])  # fmt: skip
+    v, w = r(3, 4), r(4, 5)
+    w[:, 2] = -np.abs(w[:, 2]) - 1.0  # column 2 of relu(v @ w) is all zero when v > 0
+    v = np.abs(v)
+    check(s, lambda V, W: ts.relu(V @ W).prod(axis=1).sum(), [v, w])
+    x = s.from_numpy(a)
+    (g,) = ts.grad(x.prod(axis=1).sum(), [x])
+    want = np.array([[np.prod(np.delete(row, k)) for k in range(5)] for row in a])
+    np.testing.assert_allclose(g.numpy(), want, rtol=1e-12, atol=1e-12 * np.abs(want).max())
+
+
 CONTRACTIONS = [
     ("ij->i", [(3, 4)]),
     ("ij->ji", [(3, 4)]),
@@ -276,6 +295,23 @@ def test_errors(s):
         with pytest.raises(ts.GradError, match="belongs to another session"):
             ts.grad(X.sum(), [Z])
     assert issubclass(ts.GradError, ValueError) and issubclass(ts.GradError, ts.TensorSQLError)
+    # a complex intermediate: its rules had dropped it, a zero gradient without a word
+    with pytest.raises(ts.GradError, match="through a complex128 intermediate"):
+        ts.grad(abs(X.astype("complex128")).sum(), [X])
+    with pytest.raises(ts.GradError, match="through a complex64 intermediate"):
+        ts.grad((X.astype("complex64").astype("float64") * 3).sum(), [X])
+    I = X.astype("int64").astype("float64")  # noqa: E741  integers are piecewise constant: gradient 0
+    np.testing.assert_array_equal(ts.grad((I * X).sum(), [X])[0].numpy(), I.numpy())
+
+
+def test_empty_slices_stay_in_the_graph(s):
+    """An empty slice was a new relation of zeros, cut from its input: grad said wrt was not in the graph."""
+    X = s.from_numpy(r(2, 3))
+    for key in (np.s_[0:0], np.s_[:, 1:1], np.s_[1, 2:2]):
+        empty = X[key]
+        assert empty.shape == np.zeros((2, 3))[key].shape
+        (g,) = ts.grad(empty.sum() + (X * X).sum(), [X])
+        np.testing.assert_allclose(g.numpy(), 2 * X.numpy(), rtol=1e-15)
 
 
 def test_compute_runs_the_shared_forward_pass_once(s, monkeypatch):

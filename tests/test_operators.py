@@ -384,3 +384,43 @@ def test_comparisons_are_masks_in_the_operands_dtype(s):
     assert (i > 2).dtype == np.int32
     np.testing.assert_array_equal(((i > 2) * i).sum(1).numpy(), [0, 12])  # a mask selects
     assert rel == rel and hash(rel) is not None  # == stays identity: relations are dict keys
+
+
+@pytest.mark.parametrize("fn", [np.sum, np.max, np.min, np.prod, np.mean])
+def test_numpys_reductions_on_relations(s, fn):
+    """numpy calls a relation's own sum/max/... with out=, dtype= and keepdims=: they raised TypeError."""
+    x = np.arange(1.0, 25.0).reshape(2, 3, 4) / 7
+    X = s.from_numpy(x)
+    for axis in (None, 0, (0, 2), -1):
+        for keepdims in (False, True):
+            got = fn(X, axis=axis, keepdims=keepdims)
+            assert isinstance(got, ts.TensorRelation)
+            want = fn(x, axis=axis, keepdims=keepdims)
+            np.testing.assert_allclose(got.numpy(), want, rtol=1e-12)
+            assert got.shape == want.shape
+    with pytest.raises(ts.OperatorError, match="out= is not supported"):
+        fn(X, out=np.zeros(()))
+    with pytest.raises(ts.OperatorError, match="keepdims must be True or False"):
+        fn(X, keepdims="yes")
+    if fn in (np.sum, np.prod, np.mean):
+        assert fn(X, dtype=np.float32).dtype == "float32"
+        ints = s.from_numpy(np.arange(6).reshape(2, 3))
+        np.testing.assert_allclose(fn(ints, axis=1).numpy(), fn(np.arange(6).reshape(2, 3), axis=1))
+
+
+def test_a_number_to_the_power_of_a_relation(s):
+    x = np.linspace(-2.0, 2.0, 7)
+    X = s.from_numpy(x)
+    np.testing.assert_allclose((2**X).numpy(), 2**x, rtol=1e-14)
+    x32 = x.astype(np.float32)
+    np.testing.assert_allclose((0.5 ** s.from_numpy(x32)).numpy(), 0.5**x32, rtol=1e-6)
+    (g,) = ts.grad((3**X).sum(), [X])
+    np.testing.assert_allclose(g.numpy(), np.log(3) * 3**x, rtol=1e-13)
+    with pytest.raises(ts.OperatorError, match="positive real base, got -2"):
+        (-2) ** X
+    with pytest.raises(ts.OperatorError, match="cast it to float"):
+        2 ** s.from_numpy(np.arange(3))
+    with pytest.raises(ts.OperatorError, match="param '2' is not a number"):
+        ts.pow(X, "2")
+    with pytest.raises(ts.ShapeError, match="axis True is out of range"):
+        ts.softmax(X, over=True)

@@ -266,6 +266,8 @@ def check_map(fn: str, param: object = None) -> float | None:
                 "carried as a float64: integers up to 2**53 in magnitude are exact)"
             )
         return as_float
+    if isinstance(param, str | bytes | bool | np.bool_):  # float("2") would read a string as the number
+        raise OperatorError(f"map {fn!r}: param {param!r} is not a number")
     try:
         return float(param)  # type: ignore[arg-type]
     except (TypeError, ValueError, OverflowError) as exc:

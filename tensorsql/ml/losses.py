@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensorsql import api
-from tensorsql.errors import ShapeError
+from tensorsql.errors import DTypeError, OperatorError, ShapeError
 
 if TYPE_CHECKING:
     from tensorsql.relation import TensorRelation
@@ -18,10 +18,18 @@ if TYPE_CHECKING:
 def _pair(pred: TensorRelation, target: object, what: str) -> TensorRelation:
     from tensorsql.relation import TensorRelation
 
+    if not isinstance(pred, TensorRelation):
+        raise OperatorError(
+            f"{what}: the predictions must be a relation (the model's output), got {type(pred).__name__}"
+        )
     if not isinstance(target, TensorRelation):
         # an array takes the predictions' float dtype (float32 predictions stay float32); against integer
         # predictions, numpy's promotion (a float target is not truncated to the predictions' integers)
         arr = np.asarray(target)
+        if arr.dtype.kind not in "biufc":
+            raise DTypeError(
+                f"{what}: the targets must be numbers, got {type(target).__name__} of {arr.dtype}"
+            )
         kind = np.dtype(pred.dtype).kind
         target = arr.astype(pred.dtype if kind in "fc" else np.result_type(pred.dtype, arr.dtype), copy=False)
     t = pred.session.as_relation(target)
@@ -47,7 +55,15 @@ def softmax_cross_entropy(logits: TensorRelation, labels: object, over: int = -1
     """Mean over the rows (every axis but ``over``) of ``-sum(y * log_softmax(z))`` over ``over``: labels
     are one-hot rows or probabilities."""
     y = _pair(logits, labels, "softmax_cross_entropy")
-    rows = math.prod(n for i, n in enumerate(logits.shape) if i != over % max(1, logits.ndim))
+    if (
+        isinstance(over, bool)
+        or not isinstance(over, int | np.integer)
+        or not -logits.ndim <= over < logits.ndim
+    ):
+        raise OperatorError(
+            f"softmax_cross_entropy: over must be an axis (int) of the logits' {logits.ndim}, got {over!r}"
+        )
+    rows = math.prod(n for i, n in enumerate(logits.shape) if i != over % logits.ndim)
     return -(y * api.log_softmax(logits, over=over)).sum() * (1.0 / max(1, rows))
 
 
