@@ -247,6 +247,10 @@ class _TooBig(Exception):
     pass
 
 
+#: the most variables one elimination table may join (numpy's limit is 64 axes)
+MAX_SCOPE = 32
+
+
 def _min_sum(
     doms: list[int], unary: list[np.ndarray], pairs: dict[tuple[int, int], np.ndarray], cap: float
 ) -> list[int]:
@@ -268,11 +272,22 @@ def _min_sum(
             fac_of[v].add(counter)
         counter += 1
 
+    unary = list(unary)
+    edges: list[tuple[int, int, np.ndarray]] = []
+    for (u, v), M in pairs.items():
+        # a variable of one value (a small tensor's one partitioning) has nothing to choose: its edges are
+        # unary terms of the other side. Left in, eliminating it would join its neighbours into one table of
+        # size-1 axes whose count passes numpy's 64 (a deep network's gradient)
+        if doms[u] == 1 or doms[v] == 1:
+            if doms[u] > 1:
+                unary[u] = unary[u] + M[:, 0]
+            elif doms[v] > 1:
+                unary[v] = unary[v] + M[0, :]
+            continue
+        edges.append((u, v, M) if u < v else (v, u, M.T))
     for i in range(n):
         add((i,), unary[i])
-    for (u, v), M in pairs.items():
-        if u > v:
-            u, v, M = v, u, M.T
+    for u, v, M in edges:
         add((u, v), M)
         nbr[u].add(v)
         nbr[v].add(u)
@@ -292,7 +307,7 @@ def _min_sum(
         s, x = heapq.heappop(heap)
         if done[x] or s != cur[x]:
             continue
-        if s * doms[x] > cap:
+        if s * doms[x] > cap or len(nbr[x]) >= MAX_SCOPE:  # numpy's arrays have at most 64 axes
             raise _TooBig
         done[x] = True
         U = sorted(nbr[x] | {x})

@@ -12,6 +12,7 @@ import math
 import numbers
 import operator
 import os
+import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -34,6 +35,7 @@ from tensorsql.errors import (
     DTypeError,
     EinsumError,
     OutOfMemoryError,
+    PlanError,
     SessionClosedError,
     ShapeError,
     SQLExecutionError,
@@ -54,10 +56,17 @@ GEMM_ORDER_BYTES = 1 << 20
 _shared_ids = itertools.count()
 
 
+#: Python's recursion limit while sessions exist: planning and lowering walk an expression graph
+#: recursively, ~10 frames per layer of a network's gradient (its default, 1000, stopped at ~40 layers)
+RECURSION_LIMIT = 20_000
+
+
 class Session:
     """A facade over one executor: relations, einsum, plans and their cache."""
 
     def __init__(self, executor: Executor, *, strategy: str = "eindecomp") -> None:
+        if sys.getrecursionlimit() < RECURSION_LIMIT:  # raised, never lowered: other threads may be deep
+            sys.setrecursionlimit(RECURSION_LIMIT)
         self.executor = executor
         self._strategy = planning.check_strategy(strategy)
         self.plans = PlanCache()
@@ -224,13 +233,20 @@ class Session:
         """Partition (EinDecomp unless ``options`` say otherwise), lower to TRA, run the physical passes."""
         self.require_open("plan")
         opts = options or planning.PlanOptions()
-        return C.compile_plan(
-            node,
-            strategy=opts.strategy or self.strategy,
-            workers=self.p,
-            profile=self.executor.profile,
-            blocks=opts.parts,
-        )
+        try:
+            return C.compile_plan(
+                node,
+                strategy=opts.strategy or self.strategy,
+                workers=self.p,
+                profile=self.executor.profile,
+                blocks=opts.parts,
+            )
+        except RecursionError as exc:
+            raise PlanError(
+                f"the expression graph is too deep to plan ({len(E.topological(node))} steps, nested past "
+                f"Python's recursion limit of {sys.getrecursionlimit()}): materialize() an intermediate "
+                "relation and build on it"
+            ) from exc
 
     def explain(self, plan: Plan) -> str:
         self.require_open("explain")

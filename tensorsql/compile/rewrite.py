@@ -17,13 +17,18 @@ from tensorsql.ir.blocking import Partitioning
 def _rebuild(rel: T.Rel, fn: Callable[[T.Rel, tuple[T.Rel, ...]], T.Rel]) -> T.Rel:
     """Bottom-up map over the DAG, each node once (shared inputs stay shared)."""
     memo: dict[T.Rel, T.Rel] = {}
-
-    def go(r: T.Rel) -> T.Rel:
-        if r not in memo:
-            memo[r] = fn(r, tuple(go(c) for c in T.inputs(r)))
-        return memo[r]
-
-    return go(rel)
+    stack: list[tuple[T.Rel, bool]] = [(rel, False)]  # iterative: a deep graph (a deep network's gradient)
+    while stack:  # would pass Python's recursion limit
+        r, ready = stack.pop()
+        if r in memo:
+            continue
+        kids = T.inputs(r)
+        if ready:
+            memo[r] = fn(r, tuple(memo[c] for c in kids))
+            continue
+        stack.append((r, True))
+        stack.extend((c, False) for c in reversed(kids) if c not in memo)
+    return memo[rel]
 
 
 def _filtered(rel: T.Rel) -> bool:
