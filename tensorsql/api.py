@@ -13,6 +13,7 @@ import opt_einsum
 
 from tensorsql import autodiff
 from tensorsql.backends.base import Executor
+from tensorsql.compile import planning
 from tensorsql.compile.cache import Entry, hashable
 from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import (
@@ -91,21 +92,27 @@ def connect(
                 "threads_per_worker= sizes the workers a local cluster starts; an attached cluster's workers "
                 "have their own (dask worker --nthreads)"
             )
-        return Session(
-            _cluster_executor(
-                database,
-                workers,
-                1 if threads_per_worker is None else threads_per_worker,
-                cluster,
-                read_only,
-                memory_limit,
-                max_block_bytes,
-                progress,
-                worker_memory_limit,
-                spill,
-            ),
-            strategy=strategy,
+        # what the session checks, checked before a cluster starts: a bad option left it running
+        planning.check_strategy(strategy)
+        if progress is not None and not isinstance(progress, bool):
+            raise ConfigError(f"progress={progress!r} must be a bool or None")
+        executor = _cluster_executor(
+            database,
+            workers,
+            1 if threads_per_worker is None else threads_per_worker,
+            cluster,
+            read_only,
+            memory_limit,
+            max_block_bytes,
+            progress,
+            worker_memory_limit,
+            spill,
         )
+        try:
+            return Session(executor, strategy=strategy)
+        except BaseException:
+            executor.close()
+            raise
     for given, what in (
         (worker_memory_limit is not None, "worker_memory_limit"),
         (spill is not False, "spill"),
@@ -157,10 +164,15 @@ def _cluster_executor(
     if cluster is not None:
         passed = not isinstance(cluster, str)
         client = dask_executor.attach(cluster)
-        return dask_executor.DaskExecutor(
-            client, own_client=not passed, database=database, read_only=read_only,
-            memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress, spill=spill,
-        )
+        try:
+            return dask_executor.DaskExecutor(
+                client, own_client=not passed, database=database, read_only=read_only,
+                memory_limit=memory_limit, max_block_bytes=max_block_bytes, progress=progress, spill=spill,
+            )
+        except BaseException:
+            if not passed:  # the Client attach made: a Client the caller gave stays theirs
+                client.close()
+            raise
     client, local = dask_executor.start(workers, threads_per_worker, worker_memory_limit)  # type: ignore[arg-type]
     try:
         return dask_executor.DaskExecutor(

@@ -362,6 +362,23 @@ def test_bad_cluster_arguments_are_config_errors(monkeypatch):
     monkeypatch.setattr(DX, "ATTACH_TIMEOUT", 1)
     with pytest.raises(ConfigError, match=r"cannot reach the Dask scheduler at 'tcp://127\.0\.0\.1:1'"):
         ts.connect(cluster="tcp://127.0.0.1:1")
+    # what the session checks is checked before a cluster starts: the typo had left one running
+    started = []
+    monkeypatch.setattr(DX, "start", lambda *a, **k: started.append(a) or pytest.fail("a cluster started"))
+    with pytest.raises(ts.PlanError, match="unknown strategy 'foo'"):
+        ts.connect(workers=2, strategy="foo")
+    with pytest.raises(ConfigError, match="progress='yes' must be a bool or None"):
+        ts.connect(workers=2, progress="yes")
+    assert not started
+
+
+def test_a_local_cluster_that_cannot_start_is_a_config_error(monkeypatch):
+    def broken(**kwargs):
+        raise AssertionError("loop is None")  # Dask's event loop after a failed attach, seen in a probe
+
+    monkeypatch.setattr(DX.distributed, "LocalCluster", broken)
+    with pytest.raises(ConfigError, match="could not start a local Dask cluster of 2 workers: AssertionError"):
+        ts.connect(workers=2)
 
 
 def test_a_cluster_started_from_the_dask_command_line(tmp_path):

@@ -1045,14 +1045,23 @@ def start(workers: int, threads_per_worker: int, memory_limit: int | str | None 
                 f"worker_memory_limit={memory_limit!r} is below the {MIN_WORKER_MEMORY >> 20} MiB a worker "
                 "needs: a Dask worker process with tensorsql loaded holds ~200 MB before any data"
             )
-    cluster = distributed.LocalCluster(
-        n_workers=workers,
-        threads_per_worker=threads_per_worker,
-        processes=True,
-        dashboard_address=":0",
-        memory_limit=limit,
-    )
-    client = distributed.Client(cluster)
+    try:
+        cluster = distributed.LocalCluster(
+            n_workers=workers,
+            threads_per_worker=threads_per_worker,
+            processes=True,
+            dashboard_address=":0",
+            memory_limit=limit,
+        )
+    except Exception as exc:  # a worker that cannot start, Dask's event loop after a failed attach, ...
+        raise ConfigError(
+            f"could not start a local Dask cluster of {workers} workers: {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        client = distributed.Client(cluster)
+    except BaseException:
+        cluster.close()
+        raise
     print(f"tensorsql: Dask dashboard at {cluster.dashboard_link}", file=sys.stderr)
     return client, cluster
 
