@@ -82,6 +82,12 @@ class Session:
         self._sql_kept: weakref.WeakKeyDictionary[object, list[TensorRelation]] = weakref.WeakKeyDictionary()
 
     @property
+    def local_executor(self) -> Any:
+        """The session's own DuckDB executor: its catalog, saved tensors and source tables (a cluster
+        session's database, beside its workers)."""
+        return getattr(self.executor, "local", self.executor)
+
+    @property
     def strategy(self) -> str:
         """The session's default blocking strategy (checked when set: a planner never sees an unknown one)."""
         return self._strategy
@@ -509,7 +515,7 @@ class Session:
 
         from tensorsql.frontend import ids
 
-        local = getattr(self.executor, "local", self.executor)
+        local = self.local_executor
         try:
             parsed = sqlglot.parse_one(query, read="duckdb")
         except sqlglot.errors.SqlglotError as exc:
@@ -564,7 +570,7 @@ class Session:
         if d not in maps:
             have = sorted(maps) or "none"
             raise ConfigError(f"ids: dimension {d} of this relation has no ids (dimensions with ids: {have})")
-        local = getattr(self.executor, "local", self.executor)
+        local = self.local_executor
         q = exp.select("position", "id").from_(exp.to_identifier(maps[d], quoted=True)).order_by("position")
         rows = local.query(q, "ids")
         return pa.table({"position": pa.array([r[0] for r in rows], pa.int64()), "id": [r[1] for r in rows]})
@@ -599,18 +605,18 @@ class Session:
         if fill is not None and (isinstance(fill, bool) or not isinstance(fill, numbers.Real)):
             raise ConfigError(f"from_table: fill must be a number, got {fill!r}")
         src, cols = wide.source(table, columns)
-        local = getattr(self.executor, "local", self.executor)
+        local = self.local_executor
         probe = src.this if isinstance(src, exp.Subquery) else exp.select(exp.Star()).from_(src)
         if not wide.rereads(src, local.describe):
             return self._from_table(local, src, probe, table, cols, order, fill, dtype, block_shape, blocks)
         # read below three times (columns, count, cells): a query or a view is read once, into a snapshot
         snap = local.snapshot(probe, "from_table")
         try:
-            src = exp.Table(this=exp.to_identifier(snap, quoted=True))
+            src = snap.table()
             probe = exp.select(exp.Star()).from_(src)
             return self._from_table(local, src, probe, table, cols, order, fill, dtype, block_shape, blocks)
         finally:
-            local.drop(snap)
+            snap.drop()
 
     def _from_table(
         self,

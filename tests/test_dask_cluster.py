@@ -377,7 +377,7 @@ def test_a_local_cluster_that_cannot_start_is_a_config_error(monkeypatch):
         raise AssertionError("loop is None")  # Dask's event loop after a failed attach, seen in a probe
 
     monkeypatch.setattr(DX.distributed, "LocalCluster", broken)
-    with pytest.raises(ConfigError, match="could not start a local Dask cluster of 2 workers: AssertionError"):
+    with pytest.raises(ConfigError, match="could not start a local Dask cluster of 2 workers: Assertion"):
         ts.connect(workers=2)
 
 

@@ -14,10 +14,9 @@ Operands are tensor tables (saved relations), nested calls, or ``(SELECT * FROM 
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -118,21 +117,6 @@ def _star_source(query: object) -> exp.Expression | None:
 
 def _ours(node: exp.Expression, names: tuple[str, ...]) -> bool:
     return isinstance(node, exp.Anonymous) and node.name.lower() in names
-
-
-class _Snapshot:
-    """A query's rows as they are now, in a temporary table dropped when this goes (with the statement's
-    DuckDB relation, which reads it again each time it runs)."""
-
-    def __init__(self, executor: Any, query: exp.Query) -> None:
-        self.name = executor.snapshot(query, "predict")
-        self.executor = executor
-        weakref.finalize(self, executor.drop, self.name)
-
-    def columns(self) -> list[str]:
-        table = exp.Table(this=exp.to_identifier(self.name, quoted=True))
-        _, described = self.executor.describe(exp.select(exp.Star()).from_(table).limit(0), "predict")
-        return [str(d[0]) for d in described]
 
 
 class _Rewriter:
@@ -392,10 +376,10 @@ class _Rewriter:
             return exp.select(exp.Null())
         # the query read once: its features and the keys beside them come from the same rows (read twice, a
         # query with USING SAMPLE or random() paired keys with other rows' predictions)
-        rows = _Snapshot(self.s.executor, inner)
+        rows = self.s.executor.snapshot(inner, "predict")  # type: ignore[attr-defined]
         self.made.append(rows)
         try:
-            names = rows.columns()
+            names = rows.columns("predict")
             if key.lower() not in {n.lower() for n in names}:
                 raise SQLFrontendError(f"the query has no key column {key!r} (columns: {names})")
             feats = [n for n in names if n.lower() != key.lower()]

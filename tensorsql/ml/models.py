@@ -154,7 +154,7 @@ class Model:
         # the weights and the row together (a model half saved is no model); inside a transaction the
         # user began, part of it. A name in another case is the same model: DuckDB's table names fold
         # case, so "Churn" and "churn" would share weight tables
-        with getattr(s.executor, "local", s.executor).transaction("save model"):
+        with s.local_executor.transaction("save model"):
             for k, rel in self.params.items():
                 s.save(rel, f"{name}__{k}", replace=True)
             s.execute(exp.delete(table, where=_named(name)), "save model")

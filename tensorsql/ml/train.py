@@ -14,11 +14,10 @@ import itertools
 import json
 import math
 import sys
-import weakref
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -120,14 +119,14 @@ def fit(
             f"{shapes} (an optimizer trains one model: give this one its own)"
         )
     src, cols = wide.source(source, features, "fit")
-    local = getattr(s.executor, "local", s.executor)
+    local = s.local_executor
     probe = src.this if isinstance(src, exp.Subquery) else exp.select(exp.Star()).from_(src)
     # read below more than once (columns, count, rows; rows again each epoch when streamed): a query or a
     # view is read once, into a snapshot dropped when fit ends (random() rows counted in one read and
     # gathered from another were refused, or trained on a row count of another read)
-    snap = _Snapshot(local, probe) if wide.rereads(src, local.describe) else None
+    snap = local.snapshot(probe, "fit") if wide.rereads(src, local.describe) else None
     if snap is not None:
-        probe = exp.select(exp.Star()).from_(exp.Table(this=_ident(snap.name)))
+        probe = exp.select(exp.Star()).from_(snap.table())
     _, described = local.describe(exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "fit")
     names = [str(d[0]) for d in described]
     spelled = {n.lower(): n for n in names}  # DuckDB's names match case-insensitively: the source's spelling
@@ -188,18 +187,6 @@ def fit(
         if snap is not None:
             snap.drop()
     return history
-
-
-class _Snapshot:
-    """A source's rows in a temporary table (``snapshot``), dropped by ``drop`` or when this goes (an error
-    before the training loop)."""
-
-    def __init__(self, local: Any, query: exp.Query) -> None:
-        self.name = local.snapshot(query, "fit")
-        self._finalizer = weakref.finalize(self, local.drop, self.name)
-
-    def drop(self) -> None:
-        self._finalizer()
 
 
 class Stepper:
@@ -508,7 +495,7 @@ class Checkpoint:
                 exp.Literal.string(json.dumps(_setup(model, optimizer), sort_keys=True)),
             ]
         )
-        with _database(s).transaction("checkpoint"):
+        with s.local_executor.transaction("checkpoint"):
             s.execute(exp.delete(self.progress.copy()))
             s.execute(exp.insert(exp.Values(expressions=[row]), self.progress.copy()))
         if before is not None and before != epoch:
@@ -596,11 +583,6 @@ class _Progress:
 
 
 __all__ = ["Checkpoint", "History", "Stepper", "fit"]
-
-
-def _database(s: Session) -> Any:
-    """The session's own DuckDB executor (a cluster session's catalog database)."""
-    return getattr(s.executor, "local", s.executor)
 
 
 def _setup(model: Model, optimizer: Optimizer) -> dict[str, object]:

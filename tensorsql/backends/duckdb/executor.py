@@ -268,10 +268,10 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
-    def snapshot(self, query: exp.Query, what: str) -> str:
-        """The rows of ``query`` as they are now, in a temporary table (its name; ``drop`` it): a query read
-        more than once (its columns, its count, its cells, the keys beside them) must give the same rows
-        each time, and one with ``USING SAMPLE``, ``random()`` or a table written in between would not."""
+    def snapshot(self, query: exp.Query, what: str) -> Snapshot:
+        """The rows of ``query`` as they are now, in a temporary table: a query read more than once (its
+        columns, its count, its cells, the keys beside them) must give the same rows each time, and one with
+        ``USING SAMPLE``, ``random()`` or a table written in between would not."""
         name = f"_ts_tmp_{next(_ids)}"
         create = exp.Create(
             this=exp.Table(this=sqlgen.ident(name)),
@@ -284,7 +284,7 @@ class DuckDBExecutor:
                 self.con.execute(sqlgen.sql_text(create)).fetchall()
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
-        return name
+        return Snapshot(self, name)
 
     def close(self) -> None:
         with self._lock:
@@ -881,6 +881,27 @@ class DuckDBExecutor:
         st.unpreparable = True
         if name is not None:
             _deallocate(weakref.ref(self), name, st.lane)
+
+
+class Snapshot:
+    """A temporary table of a query's rows (``DuckDBExecutor.snapshot``), dropped by ``drop`` or when this
+    goes (with whatever holds it: a statement's DuckDB relation that reads it again each time it runs, or a
+    call that failed before its own ``drop``)."""
+
+    def __init__(self, executor: DuckDBExecutor, name: str) -> None:
+        self.name = name
+        self.executor = executor
+        self._finalizer = weakref.finalize(self, executor.drop, name)
+
+    def table(self) -> exp.Table:
+        return exp.Table(this=sqlgen.ident(self.name))
+
+    def columns(self, what: str) -> list[str]:
+        _, described = self.executor.describe(exp.select(exp.Star()).from_(self.table()).limit(0), what)
+        return [str(d[0]) for d in described]
+
+    def drop(self) -> None:
+        self._finalizer()
 
 
 def _check_operand(op: E.Operand, arr: np.ndarray, want: tuple[tuple[int, ...], np.dtype]) -> None:
