@@ -558,6 +558,30 @@ def test_saving_a_model_inside_the_users_transaction_keeps_it(s):
         ml.load(s, "rolled_back")
 
 
+def test_lookups_inside_the_users_transaction_do_not_abort_it(tmp_path):
+    """fit's checkpoint and ml.load read tables that may not exist yet: a failed read inside the user's
+    transaction aborted it, and its COMMIT then kept none of the user's writes."""
+    s = ts.connect(str(tmp_path / "tx.duckdb"))
+    x = np.linspace(-1, 1, 32)
+    table(s, "rows", {"a": x, "y": (x > 0).astype(np.int32)})
+    s.execute("CREATE TABLE audit (x INTEGER)")
+    s.execute("BEGIN")
+    s.execute("INSERT INTO audit VALUES (1)")
+    with pytest.raises(ts.TableNotFoundError, match="no saved model 'churn'"):
+        ml.load(s, "churn")  # "load, or else train"
+    model = ml.LogisticRegression(s, 1, dtype="float64")
+    ml.fit(model, "rows", ["a"], "y", epochs=1, batch_size=8, checkpoint="ck", progress=False)
+    model.save("churn")
+    s.execute("INSERT INTO audit VALUES (2)")
+    s.execute("COMMIT")
+    trained = model.weights()["W"]
+    s.close()
+    with ts.connect(str(tmp_path / "tx.duckdb")) as again:
+        assert again.execute("SELECT x FROM audit ORDER BY x") == [(1,), (2,)]
+        np.testing.assert_array_equal(ml.load(again, "churn").weights()["W"], trained)
+        assert {"ck__e1__W", "ck__e1__b"} <= set(again.tables())
+
+
 def test_scoring_a_sampled_query_keeps_each_row_with_its_key(s, separable):
     """The query is read once: with USING SAMPLE, a key read apart from its features was another row's."""
     x, _ = separable

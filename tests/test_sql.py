@@ -320,6 +320,8 @@ def test_from_table_nulls_are_an_error_or_the_fill(db, feats):
         (("feats", ["a"]), {"fill": "zero"}, ts.ConfigError, "fill must be a number"),
         (("SELECT id FROM feats",), {"rows_by": "id"}, ts.ConfigError, "no feature columns"),
         ((42,), {}, ts.ConfigError, "table name or a SELECT"),
+        (("SELECT a FROM feats; DROP TABLE feats", ["a"]), {}, ts.ConfigError, r"must be one query"),
+        (("WITH x AS (SELECT 1) INSERT INTO feats SELECT 1",), {}, ts.ConfigError, r"must be one query"),
     ],
 )
 def test_from_table_bad_arguments(db, feats, args, kwargs, error, match):

@@ -56,10 +56,13 @@ def source(
     head = table.lstrip()[:6].upper()
     if head.startswith(("SELECT", "WITH", "VALUES", "FROM")):
         try:
-            query = sqlglot.parse_one(table, dialect="duckdb")
+            statements = [q for q in sqlglot.parse(table, dialect="duckdb") if q is not None]
         except SqlglotError as exc:  # ParseError, TokenError (an unterminated string), ...
             raise ConfigError(f"{caller}: the query does not parse: {exc}") from exc
-        return exp.Subquery(this=query), list(columns) if columns is not None else None
+        # one query and nothing else: "SELECT ...; DROP TABLE t" ran the DROP too (DuckDB got the text whole)
+        if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+            raise ConfigError(f"{caller}: the source must be one query (a SELECT), got {table!r}")
+        return exp.Subquery(this=statements[0]), list(columns) if columns is not None else None
     if columns is None:
         raise ConfigError(f"{caller}: a table name needs columns=[...] (the features, in order)")
     return table_ref(table), list(columns)

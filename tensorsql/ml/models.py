@@ -362,14 +362,14 @@ KINDS: dict[str, type[Model]] = {
 def load(session: Session, name: str) -> Model:
     """A model saved with ``save(name)``: its kind and sizes from ``tensorsql_models``, its weights from the
     tensor tables."""
-    from tensorsql.errors import TableNotFoundError, TensorSQLError
+    from tensorsql.errors import TableNotFoundError
 
     table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
     query = exp.select("kind", "config").from_(table).where(_named(name))
-    try:
-        rows = session.execute(query, "load model")
-    except TensorSQLError as exc:
-        raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)") from exc
+    # looked up, not read on the chance: inside the user's transaction a failed read aborts it
+    if not session.local_executor.has_table(MODELS):
+        raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)")
+    rows = session.execute(query, "load model")
     if not rows:
         raise TableNotFoundError(f"no saved model {name!r} in {MODELS}")
     if len(rows) > 1:  # saved by a version that told names apart by case: their weight tables are one set

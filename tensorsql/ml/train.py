@@ -24,7 +24,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from tensorsql.autodiff import grad
-from tensorsql.errors import ConfigError, DTypeError, ShapeError, TensorSQLError
+from tensorsql.errors import ConfigError, DTypeError, ShapeError
 from tensorsql.frontend import wide
 from tensorsql.ml.optim import SGD, Optimizer
 
@@ -504,28 +504,31 @@ class Checkpoint:
                 if old in stored:
                     s.drop(old)
 
-    def _epoch(self) -> int | None:
-        try:
-            rows = self.s.execute(exp.select("epoch").from_(self.progress.copy()))
-        except TensorSQLError:
+    def _row(self) -> dict[str, object] | None:
+        """The progress row by column, None when there is none. The table is looked up, never read on the
+        chance: inside the user's transaction a failed read aborts it (the user's writes were lost)."""
+        local = self.s.local_executor
+        if not local.has_table(self.progress.name):
             return None
-        return int(rows[0][0]) if rows else None
+        rows, described = local.describe(exp.select(exp.Star()).from_(self.progress.copy()), "fit")
+        if not rows:
+            return None
+        return {str(d[0]).lower(): v for d, v in zip(described, rows[0], strict=True)}
+
+    def _epoch(self) -> int | None:
+        row = self._row()
+        return None if row is None else int(row["epoch"])  # type: ignore[call-overload]
 
     def restore(self, model: Model, optimizer: Optimizer) -> tuple[int, list[float]] | None:
         """The saved epoch and losses, with the model's weights and the optimizer's state set from them;
         None when nothing was saved yet."""
-        try:
-            rows = self.s.execute(exp.select("epoch", "steps", "losses").from_(self.progress.copy()))
-        except TensorSQLError:
+        row = self._row()
+        if row is None:
             return None
-        if not rows:
-            return None
-        epoch, steps, losses = int(rows[0][0]), int(rows[0][1]), json.loads(rows[0][2])
-        try:  # a checkpoint written before the setup was kept has only its tables to go by
-            ((written,),) = self.s.execute(exp.select("setup").from_(self.progress.copy()))
-        except TensorSQLError:
-            written = None
-        if written is not None:
+        epoch, steps = int(row["epoch"]), int(row["steps"])  # type: ignore[call-overload]
+        losses = json.loads(str(row["losses"]))
+        written = row.get("setup")  # a checkpoint written before the setup was kept: its tables to go by
+        if isinstance(written, str):
             want = _setup(model, optimizer)
             got = json.loads(written)
             if got != json.loads(json.dumps(want)):

@@ -268,6 +268,12 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
+    def has_table(self, name: str) -> bool:
+        """Whether a table or view ``name`` is here (the current schema, any case of its ASCII letters). A
+        lookup, not a read on the chance: inside the user's transaction a failed read aborts it."""
+        with self._lock:
+            return catalog.table_exists(self.con, name)
+
     def snapshot(self, query: exp.Query, what: str) -> Snapshot:
         """The rows of ``query`` as they are now, in a temporary table: a query read more than once (its
         columns, its count, its cells, the keys beside them) must give the same rows each time, and one with
