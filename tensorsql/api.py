@@ -229,9 +229,21 @@ def _check_exact(dtype: np.dtype) -> np.dtype:
     return dtype
 
 
-def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, casting: object) -> np.dtype:
-    """numpy's result dtype for einsum's ``dtype=``/``casting=``: the operands are cast to it first."""
+def _numpy_result_dtype(
+    arrays: Sequence[np.ndarray], dtype: object | None, casting: object, out: object = None
+) -> np.dtype:
+    """numpy's result dtype for einsum's ``dtype=``/``casting=``: the operands are cast to it first. Without
+    ``dtype=``, an ``out=`` array's dtype joins the operands' (numpy's default ``optimize=False``: int8
+    operands into an int64 ``out`` are summed in int64, not wrapped in int8 and copied)."""
     _check_casting(casting)
+    if dtype is None and isinstance(out, np.ndarray) and not out.dtype.hasobject:
+        common = np.result_type(*arrays) if arrays else np.dtype("float64")
+        if casting in ("no", "equiv") or not np.can_cast(common, out.dtype, "same_kind"):
+            return _numpy_result_dtype(arrays, None, casting)  # casting rules decide (``_check_out``)
+        try:
+            dtype = np.result_type(common, out.dtype)
+        except TypeError:
+            dtype = None
     if dtype is not None:
         try:
             want = np.dtype(dtype)  # type: ignore[call-overload]
@@ -249,7 +261,14 @@ def _numpy_result_dtype(arrays: Sequence[np.ndarray], dtype: object | None, cast
                 f"operand {i} has dtype object: tensorsql computes numbers in its kernels, not Python "
                 "objects; pass dtype= (e.g. dtype=np.float64, casting='unsafe') to convert them first"
             )
-    return _check_exact(np.result_type(*arrays) if arrays else np.dtype("float64"))
+    final = np.result_type(*arrays) if arrays else np.dtype("float64")
+    for i, a in enumerate(arrays):  # numpy casts every operand to the result dtype, under casting= too
+        if not np.can_cast(a.dtype, final, casting):  # type: ignore[arg-type]
+            raise DTypeError(
+                f"operand {i} of dtype {a.dtype} cannot be cast to the result dtype {final} with "
+                f"casting={casting!r}"
+            )
+    return _check_exact(final)
 
 
 def _to_carrier(a: np.ndarray, final: np.dtype, carrier: str, what: str) -> np.ndarray:
@@ -386,7 +405,7 @@ def einsum(
         return rel_ops[0].session.einsum(*args, optimize=optimize, dtype=dtype, join=join, agg=agg)
     order = _order(order)
     arrays = [as_array(op, f"operand {i}") for i, op in enumerate(operands)]
-    final = _numpy_result_dtype(arrays, dtype, casting)
+    final = _numpy_result_dtype(arrays, dtype, casting, out)
     out = _check_out(out, final, casting)
     carrier = carrier_dtype(final)
     cast = [_to_carrier(a, final, carrier, f"operand {i}") for i, a in enumerate(arrays)]
@@ -510,11 +529,12 @@ class ContractExpression:
         for i, (a, shp) in enumerate(zip(full, self.shapes, strict=True)):
             if a.shape != shp:
                 raise ShapeError(f"operand {i} has shape {a.shape}, but the expression was built for {shp}")
-        sig = tuple(a.dtype for a in full)
+        # an out= array's dtype joins the operands' (``_numpy_result_dtype``)
+        sig = (*(a.dtype for a in full), out.dtype if isinstance(out, np.ndarray) else None)
         found = self._entries.get(sig)
         s = self._session or default_session()
         if found is None:
-            final = _numpy_result_dtype(full, self._dtype, self._casting)
+            final = _numpy_result_dtype(full, self._dtype, self._casting, out)
             carrier = carrier_dtype(final)
             cast = [_to_carrier(a, final, carrier, f"operand {i}") for i, a in enumerate(full)]
             entry = _entry(s, self._call_args(cast), None, **self._kw)

@@ -119,6 +119,14 @@ def reduce(
         )
     if not isinstance(keepdims, bool | np.bool_):
         raise OperatorError(f"{what}: keepdims must be True or False, got {keepdims!r}")
+    if dtype is None and agg in ("sum", "prod"):
+        # numpy's sum and prod of a small integer (or bool) accumulate in the platform's integer: int8 [100,
+        # 100, 100] sums to 300, not 44 (np.add.reduce's rule; max and min keep the dtype)
+        kind, size = np.dtype(x.dtype).kind, np.dtype(x.dtype).itemsize
+        if kind in "bi" and (kind == "b" or size < 8):
+            dtype = "int64"
+        elif kind == "u" and size < 8:
+            dtype = "uint64"
     if dtype is not None:
         x = astype(x, dtype)
     axes = _axes(x, axis, what)
@@ -171,12 +179,17 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     ``reciprocal``. Any other exponent, and integers, are the ``pow`` map."""
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real):
         raise OperatorError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
+    floats = x.dtype.kind in "fc"  # numpy's sqrt and reciprocal fast paths are a float array's
+    if x.dtype.kind in "iu" and isinstance(exponent, float | np.floating):
+        # numpy's promotion: an integer array to a float power is a float (int8 ** 2.0 is 10000.0, not a
+        # wrapped int8); a Python float is float64, a numpy float scalar its own kind
+        x = astype(x, np.result_type(x.dtype, exponent) if isinstance(exponent, np.floating) else "float64")
     e = float(exponent)
     if e == 1.0:
         return x
     if e == 2.0:
         return x.session.map(x, "square")
-    if x.dtype.kind in "fc" and e in (0.5, -1.0):
+    if floats and e in (0.5, -1.0):
         return x.session.map(x, "sqrt" if e == 0.5 else "reciprocal")
     return x.session.map(x, "pow", e)
 

@@ -920,11 +920,20 @@ class Compiled:
             if arr.shape != leaf.shape:
                 raise ShapeError(f"input {i} ({leaf.name!r}) has shape {arr.shape}, expected {leaf.shape}")
             if arr.dtype.name != leaf.dtype:
-                if not np.can_cast(arr.dtype, DTYPES[leaf.dtype], "same_kind"):
+                want = DTYPES[leaf.dtype]
+                if not np.can_cast(arr.dtype, want, "same_kind"):
                     raise DTypeError(
                         f"input {i} ({leaf.name!r}) has dtype {arr.dtype}, expected {leaf.dtype}"
                     )
-                arr = arr.astype(leaf.dtype)
+                with np.errstate(over="ignore", invalid="ignore"):  # found below, as a typed error
+                    cast = arr.astype(leaf.dtype)
+                if not np.can_cast(arr.dtype, want, "safe") and not _kept(arr, cast):
+                    # a narrowing cast that changes values: int64 300 into an int8 placeholder was 44
+                    raise DTypeError(
+                        f"input {i} ({leaf.name!r}) of dtype {arr.dtype} has values that {leaf.dtype} cannot "
+                        "hold (it would wrap or overflow); pass an array of the placeholder's dtype"
+                    )
+                arr = cast
             given[leaf] = arr
         if self._many is not None and self._session.result_sink:
             self._session.require_open("compute")
@@ -1015,3 +1024,13 @@ def _label_parts(blocks: dict[object, int], sizes: dict[int, int]) -> dict[int, 
 
 
 __all__ = ["Compiled", "Session", "TensorSQLError", "as_array"]
+
+
+def _kept(before: np.ndarray, after: np.ndarray) -> bool:
+    """Whether a narrowing cast kept every value: integers exactly, floats without overflowing to
+    infinity (rounding to the narrower float is the cast's point)."""
+    if after.dtype.kind in "iu":
+        return bool(np.array_equal(after.astype(before.dtype), before))
+    with np.errstate(invalid="ignore"):
+        return not bool(np.any(np.isinf(after) & np.isfinite(before)))
+

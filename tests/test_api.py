@@ -373,3 +373,67 @@ def test_numpy_keywords_out_order_casting():
         ts.einsum("ij,jk->ik", a, b, out=np.empty((3, 5), dtype=np.int64))
     with pytest.raises(ts.DTypeError, match="casting='bogus'"):
         ts.einsum("ij,jk->ik", a, b, casting="bogus")
+
+
+@pytest.mark.parametrize("optimize", [False, True])
+def test_an_out_arrays_dtype_joins_the_operands(optimize):
+    """numpy's einsum (its default optimize=False) computes in the result type of the operands and out=:
+    int8 operands into an int64 out were summed in int8 and wrapped (80 for 50000)."""
+    i8 = np.full(5, 100, dtype=np.int8)
+    for spec, ops, out, want in (
+        ("i,i->", (i8, i8), np.zeros((), np.int64), 50000),
+        ("i->", (i8,), np.zeros((), np.float64), 500.0),
+        ("i,i->", (i8 > 0, i8 > 0), np.zeros((), np.int64), 5),
+        ("i->", (np.full(5, 99.9, np.float16),), np.zeros((), np.float32), np.float32(np.float16(99.9)) * 5),
+    ):
+        got = ts.einsum(spec, *ops, out=out, optimize=optimize)
+        assert got is out and out.dtype == got.dtype
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+        expr = ts.contract_expression(spec, *(o.shape for o in ops))
+        again = np.zeros_like(out)
+        expr(*ops, out=again)
+        np.testing.assert_allclose(again, want, rtol=1e-6)
+    with pytest.raises(ts.DTypeError, match="cannot be cast to out dtype"):
+        ts.einsum("i->", np.full(3, 0.6), out=np.zeros((), np.int64))  # casting='safe' refuses float -> int
+    got = ts.einsum("i->", np.full(3, 0.6), out=np.zeros((), np.int64), casting="unsafe")
+    assert got == 1  # computed in float64, then cast as numpy casts
+
+
+def test_casting_no_and_equiv_refuse_operands_of_other_dtypes():
+    a32, a64 = np.ones((2, 2), np.float32), np.ones((2, 2))
+    for casting in ("no", "equiv"):
+        match = f"operand 0 of dtype float32 cannot be cast .* casting='{casting}'"
+        with pytest.raises(ts.DTypeError, match=match):
+            ts.einsum("ij,jk->ik", a32, a64, casting=casting)
+        assert ts.einsum("ij,jk->ik", a64, a64, casting=casting).dtype == np.float64
+
+
+def test_numpys_sum_and_prod_widen_small_integers(s):
+    """np.sum / rel.sum() / prod of int8, int16, int32 (uint8 ...) accumulate in (u)int64, as numpy's."""
+    for dtype in (np.int8, np.int16, np.int32, np.uint8, np.uint16, np.uint32, np.int64, np.uint64):
+        info = np.iinfo(dtype)
+        x = np.array([[info.max, info.max, 3], [2, info.max // 2, 1]], dtype=dtype)
+        X = s.from_numpy(x)
+        for got, want in (
+            (np.sum(X), np.sum(x)),
+            (X.sum(axis=0), x.sum(axis=0)),
+            (X.prod(axis=1), x.prod(axis=1)),
+            (np.max(X, axis=1), np.max(x, axis=1)),
+        ):
+            assert got.dtype == want.dtype, (dtype, got.dtype, want.dtype)
+            np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_compiled_inputs_narrowed_only_where_the_values_fit(s):
+    """A compiled function casts an input to its placeholder's dtype of the same kind only where every value
+    survives: 300 into int8 was 44, 1e300 into float32 was inf."""
+    x8 = s.placeholder((3,), "int8", name="x")
+    f = s.compile(x8 * 2, [x8])
+    np.testing.assert_array_equal(f(np.array([1, 2, -3])), [2, 4, -6])  # int64 values that fit
+    with pytest.raises(ts.DTypeError, match=r"input 0 \('x'\) of dtype int64 has values that int8 cannot"):
+        f(np.array([300, 1, 2]))
+    x32 = s.placeholder((2,), "float32", name="y")
+    g = s.compile(x32 + 1, [x32])
+    np.testing.assert_allclose(g(np.array([0.1, 2.5])), np.array([0.1, 2.5], np.float32) + 1)
+    with pytest.raises(ts.DTypeError, match="float32 cannot hold"):
+        g(np.array([1e300, 0.0]))
