@@ -82,6 +82,7 @@ class TensorRelation:
     def to_arrow(self) -> pa.Table:
         """Key columns and the ``tensor`` blob column, with dtype/shape/block_shape in schema metadata."""
         self.session.require_open("to_arrow")
+        self.session.check_tables(self.plan())
         table = self.session.executor.run_arrow(self.plan(), self.bindings, keep=True)
         return table.replace_schema_metadata(arrow.metadata(self.shape, self.block_shape, self.node.dtype))
 

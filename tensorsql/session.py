@@ -32,6 +32,7 @@ from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import (
     CatalogError,
     ConfigError,
+    CorruptTableError,
     DTypeError,
     EinsumError,
     OutOfMemoryError,
@@ -69,6 +70,12 @@ class Session:
             sys.setrecursionlimit(RECURSION_LIMIT)
         self.executor = executor
         self._strategy = planning.check_strategy(strategy)
+        #: bumped by every save and drop of a stored tensor; a relation read from a table (``table``) notes
+        #: the count it was made at, and a run after a later one checks its tables are still what it read
+        #: (replaced by a tensor of another dtype of the same width, its blocks read as garbage)
+        self._catalog_gen = 0
+        self._read_at: weakref.WeakKeyDictionary[E.Node, int] = weakref.WeakKeyDictionary()
+        self._checked_at: weakref.WeakKeyDictionary[Plan, int] = weakref.WeakKeyDictionary()
         self.plans = PlanCache()
         self._reordered: weakref.WeakKeyDictionary[Plan, tuple[Plan, tuple[int, ...]] | None] = (
             weakref.WeakKeyDictionary()
@@ -273,6 +280,7 @@ class Session:
         GEMM-ordered result (``compile.in_gemm_order``), like numpy's own contractions.
         """
         self.require_open("compute")
+        self.check_tables(plan)
         if not keep and self.result_sink:
             fast = self.executor.fast(plan)  # a small call's plan, already prepared
             if fast is not None:
@@ -376,7 +384,35 @@ class Session:
         self.require_open("table")
         name = metadata.check_name(name, "table")
         entry = self.executor.catalog.get(name)
-        return self._stored(entry.name, entry.shape, entry.block_shape, entry.dtype, release=None)
+        return self._from_catalog(entry)
+
+    def _from_catalog(self, entry: Any) -> TensorRelation:
+        rel = self._stored(entry.name, entry.shape, entry.block_shape, entry.dtype, release=None)
+        self._read_at[rel.node] = self._catalog_gen
+        return rel
+
+    def check_tables(self, plan: Plan) -> None:
+        """Before a run: the stored tensors the plan reads, if any was saved or dropped since it was read
+        (``table``), are still what it read: same dtype, shape and blocks (CorruptTableError otherwise, which
+        says to read it again). Nothing to look up while no save or drop happened since."""
+        gen = self._catalog_gen
+        if not gen or self._checked_at.get(plan) == gen:
+            return
+        read = self._read_at
+        stale = [n for n in E.topological(plan.root) if isinstance(n, E.Source) and read.get(n, gen) != gen]
+        if stale:
+            found = self.executor.catalog.get_many([n.table for n in stale])
+            for n in stale:
+                entry = found.get(metadata.fold(n.table))
+                now = None if entry is None else (entry.dtype, tuple(entry.shape), tuple(entry.block_shape))
+                if now != (n.dtype, tuple(n.shape), tuple(n.block_shape)):
+                    what = "dropped" if now is None else f"replaced (now {now[0]}, shape {now[1]})"
+                    raise CorruptTableError(
+                        f"table {n.table!r} was {what} after this relation was read from it ({n.dtype}, "
+                        f"shape {n.shape}): read it again with table({n.table!r})"
+                    )
+                self._read_at[n] = gen
+        self._checked_at[plan] = gen
 
     def tables_named(self, names: Sequence[str]) -> dict[str, TensorRelation]:
         """Those of ``names`` that are stored tensor relations, by name folded to lower case, in one catalog
@@ -389,8 +425,7 @@ class Session:
             except TensorSQLError:
                 continue
         found = self.executor.catalog.get_many(valid)
-        stored = self._stored
-        return {k: stored(e.name, e.shape, e.block_shape, e.dtype, release=None) for k, e in found.items()}
+        return {k: self._from_catalog(e) for k, e in found.items()}
 
     def tables(self, details: bool = False) -> list[str] | pa.Table:
         """The names of the stored tensor relations, as spelled by their last save; ``details=True``: an
@@ -422,13 +457,21 @@ class Session:
                 f"a table named {name!r} (or one whose name differs only in the case of ASCII letters: they "
                 "are one name) already exists; replace=True overwrites it"
             )
-        self.executor.store(rel.plan(), rel.bindings, name, replace=replace)
+        plan = rel.plan()
+        self.check_tables(plan)
+        try:
+            self.executor.store(plan, rel.bindings, name, replace=replace)
+        finally:
+            self._catalog_gen += 1
         return self.table(name)
 
     def drop(self, name: str) -> None:
         """Drops a stored tensor relation: its table and its catalog entry (TableNotFoundError if none)."""
         self.require_open("drop")
-        self.executor.catalog.drop(metadata.check_name(name, "drop"))
+        try:
+            self.executor.catalog.drop(metadata.check_name(name, "drop"))
+        finally:
+            self._catalog_gen += 1
 
     def _own(self, rel: object, what: str) -> TensorRelation:
         if not isinstance(rel, TensorRelation):
@@ -464,6 +507,7 @@ class Session:
         if isinstance(rel.node, E.Source):
             return rel
         plan = rel.plan()
+        self.check_tables(plan)
         name = self.executor.store(plan, rel.bindings, None, temporary=True)
         complete = not T.may_lack_blocks(plan.tra)
         return self._stored(

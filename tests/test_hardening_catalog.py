@@ -180,6 +180,29 @@ def test_drop_removes_table_and_entry_in_any_case(s):
     assert s.execute("SELECT x FROM not_ours") == [(1,)]
 
 
+def test_a_relation_read_from_a_table_replaced_since_says_so(s):
+    """A tensor replaced by one of another dtype of the same width (float64 by int64) has blobs of the
+    length a reader expects: a relation read before read them as garbage. Every run after a save or drop
+    checks the tables it reads are still what it read."""
+    s.from_numpy(np.arange(12.0).reshape(3, 4)).save("Swapped", replace=True)
+    old = s.table("Swapped")
+    doubled = old * 2
+    np.testing.assert_array_equal(doubled.numpy(), np.arange(12.0).reshape(3, 4) * 2)
+    s.from_numpy(np.arange(12, dtype=np.int64).reshape(3, 4) * 1000).save("swapped", replace=True)
+    runs = (old.numpy, doubled.numpy, doubled.to_arrow, doubled.materialize, lambda: (old + 1).save("x2"))
+    for run in runs:
+        match = r"'Swapped' was replaced \(now int64, shape \(3, 4\)\) after this relation was read from it"
+        with pytest.raises(ts.CorruptTableError, match=match):
+            run()
+    np.testing.assert_array_equal(s.table("swapped").numpy(), np.arange(12).reshape(3, 4) * 1000)
+    same = s.table("swapped")
+    s.from_numpy(np.ones((3, 4), dtype=np.int64)).save("swapped", replace=True)  # same layout: reads it
+    np.testing.assert_array_equal(same.numpy(), np.ones((3, 4)))
+    s.drop("swapped")
+    with pytest.raises(ts.CorruptTableError, match="'swapped' was dropped after"):
+        same.numpy()
+
+
 # -- 4. temporary tables go with their relations ------------------------------------------------------------
 def test_temp_tables_of_from_sql_and_materialize_are_dropped_when_collected():
     with ts.connect() as s2:
