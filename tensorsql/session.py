@@ -799,14 +799,31 @@ def _drop_all(executor: object, names: list[str]) -> None:
 
 
 def _tensor(target: object, catalog: object) -> str | None:
-    """The catalog's name for a table reference that is a tensor table (unqualified, or in ``main``); None
-    for anything else (a plain table, a view, another schema)."""
+    """The catalog's name for a table reference that is a tensor table (unqualified, or qualified with the
+    current database and schema: ``memory.main.X`` too); None for anything else (a plain table, a view, a
+    temporary table). A tensor table of another schema's or database's catalog is refused: its entry is
+    that catalog's (``DROP TABLE main.X`` while another schema is current dropped the current one's X)."""
     if isinstance(target, exp.Schema):
         target = target.this
     if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
         return None
-    if target.args.get("catalog") or (target.args.get("db") and target.text("db").lower() != "main"):
-        return None
+    database, schema = target.text("catalog"), target.text("db")
+    if database.lower() == "temp" or (schema.lower() == "temp" and not database):
+        return None  # a temporary table is never a tensor table
+    if database or schema:
+        here_db, here_schema = catalog.here()  # type: ignore[attr-defined]
+        if not database and metadata.fold(schema) == metadata.fold(here_db):
+            schema = here_schema  # "memory.X": DuckDB reads a database's name there as the database
+        if (database and metadata.fold(database) != metadata.fold(here_db)) or (
+            schema and metadata.fold(schema) != metadata.fold(here_schema)
+        ):
+            where_db, where_schema = database or here_db, schema or here_schema
+            if catalog.listed_in(where_db, where_schema, target.name):  # type: ignore[attr-defined]
+                raise CatalogError(
+                    f"{target.sql(dialect='duckdb')} is a tensor table of {where_db}.{where_schema}'s own "
+                    f"catalog; write or drop it from a session whose current schema is that one"
+                )
+            return None
     want = metadata.fold(target.name)
     for name in catalog.names():  # type: ignore[attr-defined]
         if metadata.fold(name) == want:
@@ -822,6 +839,11 @@ def _dropped_tensors(statement: exp.Expression, catalog: object) -> tuple[list[s
     tables = list(statement.args.get("tables") or ([statement.this] if statement.this else []))
     tensors = [t for t in tables if _tensor(t, catalog) is not None]
     return [str(_tensor(t, catalog)) for t in tensors], [t for t in tables if t not in tensors]
+
+
+def _temporary(create: exp.Create) -> bool:
+    props = create.args.get("properties")
+    return bool(props) and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions)
 
 
 def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
@@ -842,6 +864,16 @@ def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
             targets = list(statement.expressions)
         else:
             targets = [statement.this]
+        if isinstance(statement, exp.Create) and _temporary(statement):
+            # a temporary table of a tensor's name hides the tensor from every read, and a DROP of the name
+            # then drops the user's temporary table with the tensor's catalog entry
+            name = _tensor(statement.this, catalog)
+            if name is not None:
+                raise CatalogError(
+                    f"CREATE TEMPORARY refused: {name!r} is a tensor table, which a temporary table of its "
+                    "name would hide; give the temporary table another name"
+                )
+            return
         if isinstance(statement, exp.Create) and not statement.args.get("replace"):
             return  # a plain CREATE of an existing name fails in DuckDB, typed
         for target in targets:

@@ -464,6 +464,12 @@ def test_to_rows_id_arguments_are_checked(db, sales):
         "ALTER TABLE guarded RENAME TO guarded2",
         "TRUNCATE guarded",
         "CREATE OR REPLACE TABLE Guarded AS SELECT 1 AS x",
+        "DELETE FROM memory.guarded",  # the database's name: DuckDB reads it as the database
+        "DELETE FROM memory.main.guarded",
+        "INSERT INTO memory.main.guarded SELECT * FROM guarded",
+        "CREATE OR REPLACE TABLE memory.main.guarded AS SELECT 1 AS x",
+        "CREATE TEMP TABLE guarded AS SELECT 1 AS x",  # it would hide the tensor from every read
+        "CREATE TEMPORARY TABLE GUARDED (a INTEGER)",
     ],
 )
 def test_statements_that_would_break_a_tensor_table_are_refused(db, statement):
@@ -471,6 +477,27 @@ def test_statements_that_would_break_a_tensor_table_are_refused(db, statement):
     with pytest.raises(ts.CatalogError, match="'guarded' is a tensor table"):
         db.sql(statement)
     np.testing.assert_array_equal(db.table("guarded").numpy(), np.ones((2, 2)))
+
+
+def test_drops_qualified_with_this_database_or_another_schema(tmp_path):
+    """memory.main.X and memory.X are this schema's X: dropped with its catalog entry (DuckDB dropped the
+    table and left the entry). main.X while another schema is current is that schema's tensor: refused (it
+    dropped the current schema's X)."""
+    with ts.connect() as s:
+        for n in ("X", "Y"):
+            s.from_numpy(np.ones(2)).save(n)
+        s.sql("DROP TABLE memory.main.X")
+        s.sql("DROP TABLE memory.Y")
+        assert s.tables() == []
+        s.from_numpy(np.ones(2)).save("X")
+        s.execute("CREATE SCHEMA s1")
+        s.execute("USE s1")
+        s.from_numpy(np.full(2, 7.0)).save("X")
+        with pytest.raises(ts.CatalogError, match=r"main\.X is a tensor table of memory\.main's own catalog"):
+            s.sql("DROP TABLE main.X")
+        np.testing.assert_array_equal(s.table("X").numpy(), [7.0, 7.0])
+        s.execute("USE main")
+        np.testing.assert_array_equal(s.table("X").numpy(), [1.0, 1.0])
 
 
 def test_plain_tables_are_not_tensor_tables(db):

@@ -310,6 +310,32 @@ def rollback(con: duckdb.DuckDBPyConnection) -> None:
         log.debug("tensorsql: rollback after a failed transaction: %s", exc)
 
 
+def here(con: duckdb.DuckDBPyConnection) -> tuple[str, str]:
+    """(current database, current schema): where this connection's catalog and tensor tables are."""
+    q = exp.select(
+        exp.Anonymous(this="current_database", expressions=[]),
+        exp.Anonymous(this="current_schema", expressions=[]),
+    )
+    ((database, schema),) = _rows(con, q)
+    return str(database), str(schema)
+
+
+def listed_in(con: duckdb.DuckDBPyConnection, database: str, schema: str, name: str) -> bool:
+    """Whether the tensor catalog of another database or schema lists ``name`` (looked up, never read on the
+    chance: a failed read would abort the user's transaction)."""
+    where = exp.and_(
+        _eq("database_name", _param()), _eq("schema_name", _param()), _eq("table_name", _param())
+    )
+    q = exp.select(exp.Count(this=exp.Star())).from_(
+        exp.Table(this=exp.Anonymous(this="duckdb_tables", expressions=[]))
+    ).where(where)
+    if not _rows(con, q, [database, schema, CATALOG])[0][0]:
+        return False
+    table = exp.Table(this=ident(CATALOG), db=ident(schema), catalog=ident(database))
+    rows = _rows(con, exp.select("name").from_(table), what="catalog")
+    return any(isinstance(r[0], str) and fold(r[0]) == fold(name) for r in rows)
+
+
 class DuckDBCatalog:
     """The ``Catalog`` of one DuckDB connection (the executor's lock serializes it with queries)."""
 
@@ -330,6 +356,14 @@ class DuckDBCatalog:
     def names(self) -> list[str]:
         with self._lock:
             return names(self._con)
+
+    def here(self) -> tuple[str, str]:
+        with self._lock:
+            return here(self._con)
+
+    def listed_in(self, database: str, schema: str, name: str) -> bool:
+        with self._lock:
+            return listed_in(self._con, database, schema, name)
 
     def exists(self, name: str) -> bool:
         name = metadata.check_name(name, "save")
