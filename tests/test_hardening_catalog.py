@@ -65,6 +65,14 @@ def test_only_ascii_letters_ignore_case(s):
     s.from_numpy(b).save("äcol")
     np.testing.assert_array_equal(s.table("ÄCOL").numpy(), a)
     np.testing.assert_array_equal(s.table("äCOL").numpy(), b)
+    if s.executor.name == "duckdb":  # the stored macro for plain clients, and saved models, alike
+        rows = s.execute("SELECT index, value FROM tensor_cells('ÄCOL') ORDER BY index")
+        assert [v for _, v in rows] == a.tolist()
+        from tensorsql import ml
+
+        for name, n in (("Äm", 2), ("äm", 3)):
+            ml.LinearRegression(s, n, dtype="float64").save(name)
+        assert ml.load(s, "ÄM").n_features == 2 and ml.load(s, "äM").n_features == 3
 
 
 def test_duplicate_entries_by_case_are_reported_and_repaired(s):

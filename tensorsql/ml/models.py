@@ -157,7 +157,7 @@ class Model:
         with s.local_executor.transaction("save model"):
             for k, rel in self.params.items():
                 s.save(rel, f"{name}__{k}", replace=True)
-            s.execute(exp.delete(table, where=_named(name)), "save model")
+            s.execute(exp.delete(table, where=_named(s, name)), "save model")
             s.execute(exp.insert(exp.Values(expressions=[row]), table), "save model")
 
     def __repr__(self) -> str:
@@ -165,9 +165,15 @@ class Model:
         return f"<{type(self).__name__} {self.dtype} {shapes}>"
 
 
-def _named(name: str) -> exp.Expression:
-    """The ``tensorsql_models`` rows of model ``name``, in any case of its letters (as its tables)."""
-    return exp.func("lower", exp.column("name")).eq(exp.Literal.string(name.lower()))
+def _named(s: Session, name: str) -> exp.Expression:
+    """The ``tensorsql_models`` rows of model ``name``: its name with any case of its ASCII letters, as its
+    tables' names match (DuckDB's ``lower`` folds every letter: 'Äm' and 'äm' are two tables, one model)."""
+    from tensorsql import metadata
+
+    table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
+    names = [r[0] for r in s.execute(exp.select("name").from_(table), "model name")]
+    same = [n for n in names if isinstance(n, str) and metadata.fold(n) == metadata.fold(name)]
+    return exp.column("name").isin(*[exp.Literal.string(n) for n in same]) if same else exp.false()
 
 
 def _ensure_models_table(s: Session) -> None:
@@ -365,7 +371,7 @@ def load(session: Session, name: str) -> Model:
     from tensorsql.errors import TableNotFoundError
 
     table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
-    query = exp.select("kind", "config").from_(table).where(_named(name))
+    query = exp.select("kind", "config").from_(table).where(_named(session, name))
     # looked up, not read on the chance: inside the user's transaction a failed read aborts it
     if not session.local_executor.has_table(MODELS):
         raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)")

@@ -20,8 +20,10 @@ TENSOR_CELLS = """
 CREATE OR REPLACE MACRO tensor_cells(tensor_table) AS TABLE
 WITH meta AS (
     SELECT CAST(shape AS BIGINT[]) AS shp, CAST(block_shape AS BIGINT[]) AS bs, dtype
-    FROM tensorsql_catalog
-    WHERE lower(name) = lower(tensor_table)
+    FROM tensorsql_catalog, (
+        SELECT translate(tensor_table, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') AS ascii_fold
+    )
+    WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') = ascii_fold
 ), blocks AS (
     -- the key columns in order, then a pad (so a 0-d tensor, which has no keys, still gives a list)
     SELECT list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS keys, tensor
@@ -52,8 +54,10 @@ FROM cells
 """
 
 
-#: a word of the current definition: a database holding an older one gets this one on its next save
-MARKER = "__ts_pad"
+#: a word of the current definition: a database holding an older one gets this one on its next save (names
+#: match as DuckDB's table names do, ASCII letters in any case: its ``lower`` folds every letter, and a
+#: tensor 'Äx' read 'äx''s catalog row too)
+MARKER = "ascii_fold"
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
