@@ -500,6 +500,17 @@ def test_drops_qualified_with_this_database_or_another_schema(tmp_path):
         np.testing.assert_array_equal(s.table("X").numpy(), [1.0, 1.0])
 
 
+def test_star_with_exclude_or_replace_is_duckdbs_query_not_a_tensor(db):
+    """SELECT * EXCLUDE (tensor) FROM einsum(...) saved a whole tensor table; an operand (SELECT * REPLACE
+    (...) FROM A) was read as A."""
+    db.save(db.from_numpy(np.ones((2, 2))), "starred", replace=True)
+    db.sql("CREATE OR REPLACE TABLE keys_only AS SELECT * EXCLUDE (tensor) FROM einsum('ij->ij', starred)")
+    assert [c[0] for c in db.execute("DESCRIBE keys_only")] == ["k0", "k1"]
+    assert "keys_only" not in db.tables()
+    with pytest.raises(ts.SQLFrontendError, match="must be a tensor table"):
+        db.sql("SELECT * FROM tensor_cells((SELECT * REPLACE (k0 + 1 AS k0) FROM starred))")
+
+
 def test_plain_tables_are_not_tensor_tables(db):
     db.sql("CREATE OR REPLACE TABLE plain_t(a INT)")
     db.sql("INSERT INTO plain_t VALUES (1)").fetchall()

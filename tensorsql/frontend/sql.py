@@ -112,6 +112,9 @@ def _star_source(query: object) -> exp.Expression | None:
     rest = [k for k, v in query.args.items() if v and k not in ("expressions", "from_", "from")]
     if rest or src is None or len(query.expressions) != 1 or not isinstance(query.expressions[0], exp.Star):
         return None
+    star = query.expressions[0]
+    if any(star.args.get(k) for k in ("except_", "except", "replace", "rename", "ilike")):
+        return None  # * EXCLUDE / REPLACE / RENAME / ILIKE changes the rows: DuckDB's query, not a tensor
     return src.this
 
 

@@ -21,7 +21,8 @@ CREATE OR REPLACE MACRO tensor_cells(tensor_table) AS TABLE
 WITH meta AS (
     SELECT CAST(shape AS BIGINT[]) AS shp, CAST(block_shape AS BIGINT[]) AS bs, dtype
     FROM tensorsql_catalog, (
-        SELECT translate(tensor_table, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') AS ascii_fold
+        SELECT translate(tensor_table, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+            AS ascii_fold
     )
     WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') = ascii_fold
 ), blocks AS (
