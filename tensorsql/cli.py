@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import IO
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 
@@ -171,6 +172,8 @@ def cmd_import(args: argparse.Namespace, out: IO[str]) -> int:
                     s.executor.con.unregister(view)  # type: ignore[attr-defined]
         elif os.path.exists(source):
             raise SystemExit(f"tensorsql: cannot import {source!r}: give a .npy or .parquet file, or a query")
+        elif source.lower().endswith((".npy", ".parquet")):
+            raise SystemExit(f"tensorsql: no file {source!r}")
         else:  # a query of rows
             if shape is None:
                 raise SystemExit("tensorsql: importing a query of rows (i0, ..., value) needs --shape")
@@ -344,6 +347,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
+    from tensorsql.backends.duckdb.errors import wrap
     from tensorsql.errors import TensorSQLError
 
     args = parser().parse_args(argv)
@@ -357,6 +361,12 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         return int(args.run(args, out or sys.stdout))
     except TensorSQLError as exc:
         sys.stderr.write(f"tensorsql: {type(exc).__name__}: {exc}\n")
+        return 1
+    except duckdb.Error as exc:  # raised while DuckDB fetched the rows (a cast, a stored table's check)
+        typed = wrap(exc, args.command)
+        if isinstance(typed, KeyboardInterrupt):
+            raise typed from exc
+        sys.stderr.write(f"tensorsql: {type(typed).__name__}: {typed}\n")
         return 1
     except (OSError, ValueError, pa.ArrowException) as exc:  # a file that cannot be read or written
         sys.stderr.write(f"tensorsql: {type(exc).__name__}: {exc}\n")

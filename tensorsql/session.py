@@ -833,12 +833,21 @@ def _tensor(target: object, catalog: object) -> str | None:
 
 def _dropped_tensors(statement: exp.Expression, catalog: object) -> tuple[list[str], list[exp.Table]]:
     """The tensor tables a ``DROP TABLE`` names (dropped with their catalog entries, as ``Session.drop``) and
-    the other tables it names (dropped by DuckDB first, so a failure there drops nothing)."""
-    if not (isinstance(statement, exp.Drop) and str(statement.args.get("kind", "")).upper() == "TABLE"):
+    the other tables it names (dropped by DuckDB first, so a failure there drops nothing). tensorsql's own
+    tables (its catalog, its temporary tables) are refused: the catalog dropped lost every tensor's entry."""
+    kind = str(statement.args.get("kind", "")).upper() if isinstance(statement, exp.Drop) else ""
+    if kind not in ("TABLE", "VIEW"):
         return [], []
     tables = list(statement.args.get("tables") or ([statement.this] if statement.this else []))
+    for t in tables:
+        if isinstance(t, exp.Table) and metadata.is_reserved(t.name):
+            raise CatalogError(f"DROP refused: {t.name!r} is tensorsql's own ({metadata.CATALOG!r} holds the "
+                               "catalog of every tensor table; drop tensors by their names)")  # fmt: skip
+    if kind != "TABLE":
+        return [], []
     tensors = [t for t in tables if _tensor(t, catalog) is not None]
-    return [str(_tensor(t, catalog)) for t in tensors], [t for t in tables if t not in tensors]
+    names = list(dict.fromkeys(str(_tensor(t, catalog)) for t in tensors))  # DROP TABLE A, A: once
+    return names, [t for t in tables if t not in tensors]
 
 
 def _temporary(create: exp.Create) -> bool:

@@ -107,6 +107,10 @@ def test_bad_imports_and_commands_fail_clearly(db, tmp_path, capsys):
         run("export", path, "A", str(tmp_path / "a.csv"))
     code = run("sql", path, "SELECT * FROM einsum('ij->ji', Nope)")[0]
     assert code == 1 and "TableNotFoundError" in capsys.readouterr().err
+    code = run("sql", path, "SELECT 'x'::INT")[0]  # fails while DuckDB fetches: typed, no traceback
+    assert code == 1 and "tensorsql: SQLExecutionError: sql: Conversion Error" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="no file"):
+        run("import", path, "X", str(tmp_path / "missing.npy"))
 
 
 def test_the_shell_through_stdin_in_a_subprocess(db):

@@ -511,6 +511,16 @@ def test_star_with_exclude_or_replace_is_duckdbs_query_not_a_tensor(db):
         db.sql("SELECT * FROM tensor_cells((SELECT * REPLACE (k0 + 1 AS k0) FROM starred))")
 
 
+def test_tensorsqls_own_tables_cannot_be_dropped_and_a_name_twice_drops_once(db):
+    refused = ("DROP TABLE tensorsql_catalog", "DROP TABLE IF EXISTS Tensorsql_Catalog", "DROP VIEW _ts_x")
+    for statement in refused:
+        with pytest.raises(ts.CatalogError, match="is tensorsql's own"):
+            db.sql(statement)
+    db.save(db.from_numpy(np.ones(2)), "twice", replace=True)
+    assert db.sql("DROP TABLE twice, TWICE") is None
+    assert "twice" not in db.tables()
+
+
 def test_plain_tables_are_not_tensor_tables(db):
     db.sql("CREATE OR REPLACE TABLE plain_t(a INT)")
     db.sql("INSERT INTO plain_t VALUES (1)").fetchall()
