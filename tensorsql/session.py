@@ -578,6 +578,11 @@ class Session:
             )
         sizes = list(shape) if shape is not None else [None] * rank
         maps: dict[int, str] = {}
+        # read once per dimension with ids and once for the positions: a query is read once, into a snapshot
+        # (random() rows gave ids of one read and positions of another: NULL coordinates)
+        snap = local.snapshot(parsed, "from_sql") if which else None
+        if snap is not None:
+            parsed = exp.select(exp.Star()).from_(snap.table())
         try:
             for d in which:
                 name, create = ids.mapping(parsed, columns, d)
@@ -604,6 +609,9 @@ class Session:
             for name in maps.values():
                 local.drop(name)
             raise
+        finally:
+            if snap is not None:
+                snap.drop()
         self._id_maps[rel] = maps
         weakref.finalize(rel, _drop_all, local, list(maps.values()))
         return rel

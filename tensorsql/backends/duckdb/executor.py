@@ -349,7 +349,10 @@ class DuckDBExecutor:
             arrow.check_blocks(table, *layout)
         name = f"_ts_tmp_{next(_ids)}"
         with self._lock:
-            self.con.register(name, table)
+            try:
+                self.con.register(name, table)
+            except duckdb.Error as exc:  # an aborted transaction of the user's, a closed connection
+                raise wrap(exc, "upload") from exc
             self._views.add(name)
         return name
 
