@@ -54,6 +54,11 @@ def _operand(x: TensorRelation, other: object, what: str) -> object:
         raise OperatorError(f"{what}: cannot use a {type(other).__name__} as a tensor") from exc
     if arr.dtype.kind not in "biufc":
         raise OperatorError(f"{what}: cannot use an array of dtype {arr.dtype} as a tensor")
+    if arr.dtype.kind == "b" or arr.dtype == np.float16:
+        # no tensor is bool or float16: numpy's promotion against the relation's dtype (a mask times a
+        # float tensor is that float; float16 beside an integer is a float32 here, the narrowest carried)
+        want = np.result_type(x.dtype, arr.dtype)
+        arr = arr.astype(np.float32 if want == np.float16 else want)
     return arr
 
 

@@ -429,3 +429,18 @@ def test_a_number_to_the_power_of_a_relation(s):
         ts.pow(X, "2")
     with pytest.raises(ts.ShapeError, match="axis True is out of range"):
         ts.softmax(X, over=True)
+
+
+def test_bool_and_float16_arrays_promote_against_a_relation(s):
+    """No tensor is bool or float16: a mask or a float16 array beside a relation takes numpy's promotion
+    (it was a DTypeError)."""
+    a = np.arange(1.0, 7.0).reshape(2, 3)
+    R = s.from_numpy(a)
+    np.testing.assert_array_equal((R * (a > 2)).numpy(), a * (a > 2))
+    np.testing.assert_array_equal((R * np.bool_(True)).numpy(), a)
+    np.testing.assert_array_equal((R + np.ones(3, np.float16)).numpy(), a + 1)
+    i = s.from_numpy(np.arange(6).reshape(2, 3))
+    got = i * (a > 2)
+    assert got.dtype == np.int64
+    np.testing.assert_array_equal(got.numpy(), np.arange(6).reshape(2, 3) * (a > 2))
+
