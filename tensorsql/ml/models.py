@@ -371,10 +371,10 @@ def load(session: Session, name: str) -> Model:
     from tensorsql.errors import TableNotFoundError
 
     table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
-    query = exp.select("kind", "config").from_(table).where(_named(session, name))
     # looked up, not read on the chance: inside the user's transaction a failed read aborts it
     if not session.local_executor.has_table(MODELS):
         raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)")
+    query = exp.select("kind", "config").from_(table).where(_named(session, name))
     rows = session.execute(query, "load model")
     if not rows:
         raise TableNotFoundError(f"no saved model {name!r} in {MODELS}")
