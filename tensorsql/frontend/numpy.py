@@ -332,4 +332,8 @@ def map_node(node: E.Node, fn: str, param: float | None = None) -> E.Node:
     out_dtype = carrier_dtype(np.dtype(ops.map_dtype(fn, node.dtype, param)))
     compute = node.dtype if ops.lookup("map", fn).real_result and is_complex(node.dtype) else out_dtype
     node = cast(node, compute)
+    if fn == "pow" and param == 0.5 and np.dtype(compute).kind == "f":
+        # numpy's power of a float to 0.5 is its sqrt: NaN at -inf and -0.0 at -0.0, where libm's pow gives
+        # inf and 0.0
+        return cast(E.Map(shape=node.shape, dtype=compute, input=node, fn="sqrt", param=None), out_dtype)
     return cast(E.Map(shape=node.shape, dtype=compute, input=node, fn=fn, param=param), out_dtype)
