@@ -44,6 +44,8 @@ def _operand(x: TensorRelation, other: object, what: str) -> object:
             raise ShapeError(f"{what}: the operands belong to different sessions")
         return other
     if isinstance(other, bool | numbers.Number) and not isinstance(other, np.generic):
+        if what == "/" and x.dtype.kind in "iu" and isinstance(other, int) and not isinstance(other, bool):
+            return np.asarray(other, dtype=np.float64)  # true division of integers is float64, any int
         try:
             return np.asarray(other, dtype=np.result_type(x.dtype, other))
         except OverflowError as exc:

@@ -447,3 +447,12 @@ def test_bool_and_float16_arrays_promote_against_a_relation(s):
     assert got.dtype == np.int64
     np.testing.assert_array_equal(got.numpy(), np.arange(6).reshape(2, 3) * (a > 2))
 
+
+def test_integer_relations_divided_by_any_int_are_float64(s):
+    """numpy's true division of integers is float64 whatever the int: uint8 / -1 was a RangeError."""
+    a = np.array([1, 2, 250], np.uint8)
+    R = s.from_numpy(a)
+    for got, want in ((R / -1, a / -1), (R / 300, a / 300), (1000 / R, 1000 / a), (R / 2, a / 2)):
+        assert got.dtype == want.dtype == np.float64
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
+
