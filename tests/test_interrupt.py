@@ -318,3 +318,27 @@ def test_progress_setting(monkeypatch):
     assert longrun.progress_enabled(None, _Terminal()) is False
     monkeypatch.setenv("TENSORSQL_PROGRESS", "1")
     assert longrun.progress_enabled(None, io.StringIO()) is True
+
+
+def test_a_long_save_or_materialize_finishes(tmp_path):
+    """A save or materialize of a plan long enough to run on longrun's worker thread took the executor's
+    lock there, which its caller held while it waited: a deadlock (found by review, older than the fix)."""
+    import threading
+
+    outcome: list[object] = []
+
+    def work() -> None:
+        with ts.connect(str(tmp_path / "long.duckdb"), threads=1) as s:
+            a = s.from_numpy(np.random.default_rng(0).random((1500, 1500)))
+            prod = a @ a
+            assert s.executor._statement(prod.plan()).long  # the worker thread's path
+            got = prod.materialize().numpy()
+            prod.save("L")
+            outcome.append(np.abs(got - s.table("L").numpy()).max())
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "a long save or materialize hung"
+    assert outcome == [0.0]
+

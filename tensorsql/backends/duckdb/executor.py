@@ -377,11 +377,16 @@ class DuckDBExecutor:
             if self._streaming:
                 self._deferred.append((self.drop, name))
                 return
-            drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
-            try:
-                self.con.execute(sqlgen.sql_text(drop)).fetchall()
-            except duckdb.Error as exc:
-                log.warning("tensorsql: could not drop temporary table %s: %s", name, exc)
+            self._drop_held(name)
+
+    def _drop_held(self, name: str) -> None:
+        """``drop`` for a caller that holds the lock, or runs for one that does and waits for it (a long
+        run's worker thread: taking the lock there would wait forever)."""
+        drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
+        try:
+            self.con.execute(sqlgen.sql_text(drop)).fetchall()
+        except duckdb.Error as exc:
+            log.warning("tensorsql: could not drop temporary table %s: %s", name, exc)
 
     def store(
         self,
@@ -420,7 +425,12 @@ class DuckDBExecutor:
                             lowering=self.lowering,
                             in_place=self._in_place,
                         )
-                        self.query(create(ast), what)
+                        # straight on the connection: the caller holds the lock, and a long run calls this
+                        # on longrun's worker thread, where taking it (self.query) waited forever
+                        try:
+                            self.con.execute(sqlgen.sql_text(create(ast))).fetchall()
+                        except duckdb.Error as exc:
+                            raise wrap(exc, what) from exc
                         return
                     with self._staged(st, plan) as run:
                         try:
@@ -757,7 +767,7 @@ class DuckDBExecutor:
             self._must_check,
             self.wave_budget,
             self._stages,
-            self.drop,
+            self._drop_held,  # every run in stages holds the lock, and a long one drops on its worker thread
             self.lowering,
             self._in_place,
         )
