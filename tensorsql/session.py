@@ -859,8 +859,16 @@ def _dropped_tensors(statement: exp.Expression, catalog: object) -> tuple[list[s
 
 
 def _temporary(create: exp.Create) -> bool:
+    """CREATE TEMP TABLE, or a table made in DuckDB's ``temp`` catalog (``temp.A``, ``temp.main.A``)."""
     props = create.args.get("properties")
-    return bool(props) and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions)
+    if props and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions):
+        return True
+    target = create.this.this if isinstance(create.this, exp.Schema) else create.this
+    if not isinstance(target, exp.Table):
+        return False
+    return target.text("catalog").lower() == "temp" or (
+        not target.text("catalog") and target.text("db").lower() == "temp"
+    )
 
 
 def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
@@ -883,8 +891,11 @@ def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
             targets = [statement.this]
         if isinstance(statement, exp.Create) and _temporary(statement):
             # a temporary table of a tensor's name hides the tensor from every read, and a DROP of the name
-            # then drops the user's temporary table with the tensor's catalog entry
-            name = _tensor(statement.this, catalog)
+            # then drops the user's temporary table with the tensor's catalog entry (temp.A too: the name is
+            # looked up bare)
+            target = statement.this.this if isinstance(statement.this, exp.Schema) else statement.this
+            bare = exp.Table(this=target.this) if isinstance(target, exp.Table) else target
+            name = _tensor(bare, catalog)
             if name is not None:
                 raise CatalogError(
                     f"CREATE TEMPORARY refused: {name!r} is a tensor table, which a temporary table of its "

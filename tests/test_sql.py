@@ -470,6 +470,8 @@ def test_to_rows_id_arguments_are_checked(db, sales):
         "CREATE OR REPLACE TABLE memory.main.guarded AS SELECT 1 AS x",
         "CREATE TEMP TABLE guarded AS SELECT 1 AS x",  # it would hide the tensor from every read
         "CREATE TEMPORARY TABLE GUARDED (a INTEGER)",
+        "CREATE TEMP TABLE temp.guarded AS SELECT 1 AS x",
+        "CREATE TABLE temp.main.guarded (k0 INTEGER, k1 INTEGER, tensor BLOB)",
     ],
 )
 def test_statements_that_would_break_a_tensor_table_are_refused(db, statement):

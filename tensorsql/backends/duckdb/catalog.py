@@ -264,9 +264,12 @@ def remove(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Drops a stored tensor relation: its table and its catalog entries, in one transaction."""
     if not _catalog_exists(con) or not (rows := _matches(con, name)):
         raise TableNotFoundError(f"no tensor relation {name!r} to drop")
+    database, schema = here(con)
     with transaction(con, f"drop {name!r}"):
         for row in rows:
-            drop = exp.Drop(tables=[exp.Table(this=ident(row[0]))], kind="TABLE", exists=True)
+            # qualified: an unqualified name would drop a temporary table of that name first
+            table = exp.Table(this=ident(row[0]), db=ident(schema), catalog=ident(database))
+            drop = exp.Drop(tables=[table], kind="TABLE", exists=True)
             _rows(con, drop, what=f"drop {name!r}")
             _rows(con, exp.delete(_table(), where=_eq("name", _param())), [row[0]], what=f"drop {name!r}")
 
