@@ -113,6 +113,7 @@ class TensorRelation:
                 ),
             )
         rel = self
+        self.session.check_tables(rel.plan())
         query = self.session.executor.plan_query(rel.plan())
         if query is None:  # arrays bound, or a plan over the memory budget: computed into a table first
             rel = self.materialize()

@@ -75,7 +75,7 @@ class Session:
         #: (replaced by a tensor of another dtype of the same width, its blocks read as garbage)
         self._catalog_gen = 0
         self._read_at: weakref.WeakKeyDictionary[E.Node, int] = weakref.WeakKeyDictionary()
-        self._checked_at: weakref.WeakKeyDictionary[Plan, int] = weakref.WeakKeyDictionary()
+        self._checked_at: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self.plans = PlanCache()
         self._reordered: weakref.WeakKeyDictionary[Plan, tuple[Plan, tuple[int, ...]] | None] = (
             weakref.WeakKeyDictionary()
@@ -129,7 +129,10 @@ class Session:
             raise ConfigError(
                 f"execute takes SQL text (a str) or a sqlglot expression, got {type(query).__name__}"
             )
-        return self.executor.query(query, str(what))  # type: ignore[attr-defined]
+        try:
+            return self.executor.query(query, str(what))  # type: ignore[attr-defined]
+        finally:
+            self._catalog_gen += 1  # any statement may have changed a tensor table (a ROLLBACK of a save)
 
     def sql(self, query: str, *, explain: bool = False) -> object:
         """One DuckDB SQL statement in which tensor tables are ordinary tables and the tensor table functions
@@ -148,6 +151,7 @@ class Session:
                 "(use execute() for its own database)"
             )
         _flag(explain, "sql", "explain")
+        self._catalog_gen += 1  # a statement may change tensor tables (a ROLLBACK of a save, a DROP)
         rw = sqlfront.rewrite(self, query, explain=explain)
         if rw.explain:
             return relation(self._explain_rows(rw), "EXPLAIN")
@@ -394,12 +398,17 @@ class Session:
     def check_tables(self, plan: Plan) -> None:
         """Before a run: the stored tensors the plan reads, if any was saved or dropped since it was read
         (``table``), are still what it read: same dtype, shape and blocks (CorruptTableError otherwise, which
-        says to read it again). Nothing to look up while no save or drop happened since."""
+        says to read it again). Nothing to look up while no save, drop or SQL statement happened since."""
+        self.check_read(plan, [plan.root])
+
+    def check_read(self, key: object, roots: Sequence[E.Node]) -> None:
+        """``check_tables`` for the graphs under ``roots`` (a compiled function's outputs), as ``key``."""
         gen = self._catalog_gen
-        if not gen or self._checked_at.get(plan) == gen:
+        if not gen or self._checked_at.get(key) == gen:
             return
         read = self._read_at
-        stale = [n for n in E.topological(plan.root) if isinstance(n, E.Source) and read.get(n, gen) != gen]
+        nodes = dict.fromkeys(n for root in roots for n in E.topological(root))
+        stale = [n for n in nodes if isinstance(n, E.Source) and read.get(n, gen) != gen]
         if stale:
             found = self.executor.catalog.get_many([n.table for n in stale])
             for n in stale:
@@ -412,7 +421,7 @@ class Session:
                         f"shape {n.shape}): read it again with table({n.table!r})"
                     )
                 self._read_at[n] = gen
-        self._checked_at[plan] = gen
+        self._checked_at[key] = gen
 
     def tables_named(self, names: Sequence[str]) -> dict[str, TensorRelation]:
         """Those of ``names`` that are stored tensor relations, by name folded to lower case, in one catalog
@@ -1039,6 +1048,7 @@ class Compiled:
                     )
                 arr = cast
             given[leaf] = arr
+        self._session.check_read(self, [o.node for o in self._outs])
         if self._many is not None and self._session.result_sink:
             self._session.require_open("compute")
             run, bound = self._many

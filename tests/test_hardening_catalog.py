@@ -211,6 +211,26 @@ def test_a_relation_read_from_a_table_replaced_since_says_so(s):
         same.numpy()
 
 
+def test_the_replaced_table_check_covers_rows_compiled_functions_and_rollbacks(s):
+    if s.executor.name != "duckdb":
+        pytest.skip("to_rows and SQL transactions of the embedded session")
+    s.from_numpy(np.arange(12.0).reshape(3, 4)).save("Rb", replace=True)
+    old = s.table("Rb")
+    x = s.placeholder((4,), "float64", name="x")
+    f = s.compile([old @ x, old.sum(axis=1) * 1.0], [x], share=True)
+    s.from_numpy(np.arange(12, dtype=np.int64).reshape(3, 4)).save("Rb", replace=True)
+    for run in (old.to_rows, lambda: f(np.ones(4))):
+        with pytest.raises(ts.CorruptTableError, match="'Rb' was replaced"):
+            run()
+    s.execute("BEGIN")
+    s.from_numpy(np.ones((3, 4))).save("Rb", replace=True)
+    inside = s.table("Rb")  # float64 inside the transaction
+    s.execute("ROLLBACK")  # int64 again
+    with pytest.raises(ts.CorruptTableError, match=r"'Rb' was replaced \(now int64"):
+        inside.numpy()
+    np.testing.assert_array_equal(s.table("Rb").numpy(), np.arange(12).reshape(3, 4))
+
+
 # -- 4. temporary tables go with their relations ------------------------------------------------------------
 def test_temp_tables_of_from_sql_and_materialize_are_dropped_when_collected():
     with ts.connect() as s2:
