@@ -236,14 +236,14 @@ def _numpy_result_dtype(
     ``dtype=``, an ``out=`` array's dtype joins the operands' (numpy's default ``optimize=False``: int8
     operands into an int64 ``out`` are summed in int64, not wrapped in int8 and copied)."""
     _check_casting(casting)
-    if dtype is None and isinstance(out, np.ndarray) and not out.dtype.hasobject:
-        common = np.result_type(*arrays) if arrays else np.dtype("float64")
-        if casting in ("no", "equiv") or not np.can_cast(common, out.dtype, "same_kind"):
-            return _numpy_result_dtype(arrays, None, casting)  # casting rules decide (``_check_out``)
-        try:
-            dtype = np.result_type(common, out.dtype)
+    joins = dtype is None and isinstance(out, np.ndarray) and not out.dtype.hasobject
+    if joins and casting not in ("no", "equiv"):
+        try:  # numpy's iterator: the common dtype of every operand and ``out`` together
+            joined = np.result_type(*arrays, out.dtype)  # type: ignore[union-attr]
         except TypeError:
-            dtype = None
+            joined = None
+        if joined is not None and all(np.can_cast(a.dtype, joined, casting) for a in arrays):  # type: ignore[arg-type]
+            dtype = joined
     if dtype is not None:
         try:
             want = np.dtype(dtype)  # type: ignore[call-overload]

@@ -159,6 +159,8 @@ def mean(
     if dtype is None and x.dtype.kind not in "fc":
         dtype = "float64"
     total = reduce(x, axis, "sum", "mean", dtype=dtype, out=out, keepdims=keepdims)
+    if total.dtype.kind in "iu":  # numpy: the sum in that integer dtype, divided, cast back (truncated)
+        return astype(x.session.map(astype(total, "float64"), "scale", 1.0 / count), total.dtype)
     return x.session.map(total, "scale", 1.0 / count)
 
 

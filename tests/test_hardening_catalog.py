@@ -445,6 +445,13 @@ def test_duckdb_errors_are_mapped_by_type_not_by_text(s):
         assert not isinstance(info.value, ts.KernelError), query
     with pytest.raises(ts.KernelError, match="tensor_zeros"):
         s.execute("SELECT tensor_zeros('float65', [1])")
+    if s.executor.name == "duckdb":  # a statement nested past DuckDB's depth says what to do
+        s.execute("SET max_expression_depth TO 8")
+        try:
+            with pytest.raises(ts.SQLExecutionError, match=r"materialize\(\) an intermediate relation"):
+                s.execute("SELECT ((((((((((1 + 1) + 1) + 1) + 1) + 1) + 1) + 1) + 1) + 1) + 1)")
+        finally:
+            s.execute("RESET max_expression_depth")
 
 
 def test_from_arrow_metadata_is_validated(s):

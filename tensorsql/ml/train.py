@@ -127,66 +127,68 @@ def fit(
     snap = local.snapshot(probe, "fit") if wide.rereads(src, local.describe) else None
     if snap is not None:
         probe = exp.select(exp.Star()).from_(snap.table())
-    _, described = local.describe(exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "fit")
-    names = [str(d[0]) for d in described]
-    spelled = {n.lower(): n for n in names}  # DuckDB's names match case-insensitively: the source's spelling
-    if label.lower() not in spelled:
-        raise ConfigError(f"fit: no label column {label!r} in the source (columns: {names})")
-    label = spelled[label.lower()]
-    feats = list(cols) if cols is not None else [n for n in names if n != label]
-    missing = [c for c in feats if c.lower() not in spelled]
-    if missing:
-        raise ConfigError(f"fit: no feature column {missing[0]!r} in the source (columns: {names})")
-    feats = [spelled[c.lower()] for c in feats]
-    if label in feats:
-        raise ConfigError(f"fit: the label {label!r} is also among the features")
-    types = {str(d[0]): d for d in described}
-    wide.check_types([types[c] for c in [*feats, label]], [*feats, label], "fit")
-    if len(feats) != model.n_features:
-        raise ConfigError(f"fit: {len(feats)} feature columns for a model of {model.n_features} features")
-    ((n,),) = local.query(exp.select(exp.Count(this=exp.Star())).from_(exp.Subquery(this=probe)), "fit")
-    if n == 0:
-        raise ConfigError("fit: the source has no rows")
-    ck = Checkpoint(s, checkpoint) if checkpoint is not None else None
-    history = History()
-    start = 0
-    if ck is not None:
-        saved = ck.restore(model, optimizer)
-        if saved is not None:
-            start, history.losses = saved
-            history.resumed_after = start
-    batches = math.ceil(n / batch_size)
-    row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
-    chunk = batch_size * max(1, READ_BYTES // (row_bytes * batch_size))  # whole batches per read or gather
-    if cache is None:  # what the cache holds: the features, the labels, a hash and a row number per row
-        cache = n * (row_bytes + 16) <= CACHE_BYTES
-    rows: _Rows = (
-        _Cached(local, probe, feats, label, model, n, batch_size)  # a batch per gather: it stays in cache
-        if cache
-        else _Streamed(local, probe, feats, label, model, n, chunk)
-    )
-    bar = _Progress(progress, (epochs - start) * batches)
-    stepper = Stepper(model, optimizer)
-    try:
-        for epoch in range(start, epochs):
-            total = 0.0
-            for xs, ys in rows.epoch(seed, epoch):  # whole batches, in the epoch's order
-                for at in range(0, len(ys), batch_size):
-                    x, y = xs[at : at + batch_size], ys[at : at + batch_size]
-                    total += stepper.step(x, model.targets(y)) * len(y)
-                    bar.advance(f"epoch {epoch + 1}/{epochs}")
-            stepper.sync()  # the epoch's weights and state as relations (the checkpoint saves them)
-            history.losses.append(total / n)
-            history.ran += 1
-            bar.note(f"epoch {epoch + 1}/{epochs}: loss {history.losses[-1]:.6g}")
-            if ck is not None:
-                ck.save(model, optimizer, epoch + 1, history.losses)
+    try:  # the snapshot goes on every path, an error before training too
+        _, described = local.describe(exp.select(exp.Star()).from_(exp.Subquery(this=probe)).limit(0), "fit")
+        names = [str(d[0]) for d in described]
+        spelled = {n.lower(): n for n in names}  # DuckDB matches names case-insensitively
+        if label.lower() not in spelled:
+            raise ConfigError(f"fit: no label column {label!r} in the source (columns: {names})")
+        label = spelled[label.lower()]
+        feats = list(cols) if cols is not None else [n for n in names if n != label]
+        missing = [c for c in feats if c.lower() not in spelled]
+        if missing:
+            raise ConfigError(f"fit: no feature column {missing[0]!r} in the source (columns: {names})")
+        feats = [spelled[c.lower()] for c in feats]
+        if label in feats:
+            raise ConfigError(f"fit: the label {label!r} is also among the features")
+        types = {str(d[0]): d for d in described}
+        wide.check_types([types[c] for c in [*feats, label]], [*feats, label], "fit")
+        if len(feats) != model.n_features:
+            raise ConfigError(f"fit: {len(feats)} feature columns for a model of {model.n_features} features")
+        ((n,),) = local.query(exp.select(exp.Count(this=exp.Star())).from_(exp.Subquery(this=probe)), "fit")
+        if n == 0:
+            raise ConfigError("fit: the source has no rows")
+        ck = Checkpoint(s, checkpoint) if checkpoint is not None else None
+        history = History()
+        start = 0
+        if ck is not None:
+            saved = ck.restore(model, optimizer)
+            if saved is not None:
+                start, history.losses = saved
+                history.resumed_after = start
+        batches = math.ceil(n / batch_size)
+        row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
+        chunk = batch_size * max(1, READ_BYTES // (row_bytes * batch_size))  # whole batches per read
+        if cache is None:  # what the cache holds: the features, the labels, a hash and a row number per row
+            cache = n * (row_bytes + 16) <= CACHE_BYTES
+        rows: _Rows = (
+            _Cached(local, probe, feats, label, model, n, batch_size)  # a batch per gather: it stays in cache
+            if cache
+            else _Streamed(local, probe, feats, label, model, n, chunk)
+        )
+        bar = _Progress(progress, (epochs - start) * batches)
+        stepper = Stepper(model, optimizer)
+        try:
+            for epoch in range(start, epochs):
+                total = 0.0
+                for xs, ys in rows.epoch(seed, epoch):  # whole batches, in the epoch's order
+                    for at in range(0, len(ys), batch_size):
+                        x, y = xs[at : at + batch_size], ys[at : at + batch_size]
+                        total += stepper.step(x, model.targets(y)) * len(y)
+                        bar.advance(f"epoch {epoch + 1}/{epochs}")
+                stepper.sync()  # the epoch's weights and state as relations (the checkpoint saves them)
+                history.losses.append(total / n)
+                history.ran += 1
+                bar.note(f"epoch {epoch + 1}/{epochs}: loss {history.losses[-1]:.6g}")
+                if ck is not None:
+                    ck.save(model, optimizer, epoch + 1, history.losses)
+        finally:
+            bar.close()
+            rows.close()
+        return history
     finally:
-        bar.close()
-        rows.close()
         if snap is not None:
             snap.drop()
-    return history
 
 
 class Stepper:

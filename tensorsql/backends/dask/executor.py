@@ -652,7 +652,7 @@ class DaskExecutor:
         for st in self._last_run:
             got = [counted.get(str(k), (0, 0)) for k in st.tasks]
             st.fed, st.moved = sum(g[0] for g in got), sum(g[1] for g in got)
-            st.tasks, st.futures = [], []
+            st.tasks, st.futures, st.task_bytes = [], [], []
 
     def store(
         self,
@@ -690,11 +690,14 @@ class DaskExecutor:
         )
         entry = CatalogEntry(name, plan.root.dtype, plan.root.shape, plan.block_shape())
         with local._lock:
-            local.con.register(view, table)
+            try:
+                local.con.register(view, table)
+            except duckdb.Error as exc:  # the user's transaction aborted, a closed connection
+                raise wrap(exc, f"save {name!r}") from exc
             try:
                 local.with_entry(entry, lambda: local.query(create, f"save {name!r}"))
             finally:
-                local.con.unregister(view)
+                local.unregister_view(view)
         return name
 
     def _read_local(self, table: str, what: str) -> pa.Table:

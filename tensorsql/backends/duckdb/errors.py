@@ -88,6 +88,11 @@ def wrap(exc: duckdb.Error, what: str) -> BaseException:
     fn = kernel_function(exc)
     if fn is not None:
         return KernelError(f"{what}: a block kernel rejected its input: {exc}")
+    if "max_expression_depth" in str(exc):  # a plan of very many small steps, each a CTE DuckDB nests
+        return SQLExecutionError(
+            f"{what}: {exc} (the plan nests too many steps for one statement: materialize() an intermediate "
+            "relation and build on it, or raise DuckDB's limit with SET max_expression_depth)"
+        )
     return SQLExecutionError(f"{what}: {exc}")
 
 

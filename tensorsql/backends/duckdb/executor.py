@@ -26,6 +26,7 @@ import itertools
 import logging
 import math
 import os
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -54,6 +55,7 @@ from tensorsql.errors import (
     DTypeError,
     ExtensionError,
     KernelError,
+    PlanError,
     ShapeError,
     SQLExecutionError,
 )
@@ -538,7 +540,15 @@ class DuckDBExecutor:
                 raise wrap(exc, "to_rows") from exc
             finally:
                 for name in views:
-                    self.con.unregister(name)
+                    self.unregister_view(name)
+
+    def unregister_view(self, name: str) -> None:
+        """Unregisters a view registered for one statement, a failure logged: raised in a ``finally``, it
+        would hide the statement's own error (inside the user's aborted transaction, DuckDB refuses both)."""
+        try:
+            self.con.unregister(name)
+        except duckdb.Error as exc:
+            log.warning("tensorsql: could not unregister view %s: %s", name, exc)
 
     def read_batches(
         self, build: Callable[[], exp.Query], consume: Callable[[pa.RecordBatch], None], rows: int = 1 << 16
@@ -810,6 +820,15 @@ class DuckDBExecutor:
         st = self._statements.get(plan)
         if st is not None:
             return st
+        try:
+            return self._new_statement(plan)
+        except RecursionError as exc:  # past the session's raised limit (``session.RECURSION_LIMIT``)
+            raise PlanError(
+                "the plan is too deep to lower to SQL (nested past Python's recursion limit of "
+                f"{sys.getrecursionlimit()}): materialize() an intermediate relation and build on it"
+            ) from exc
+
+    def _new_statement(self, plan: Plan) -> _Statement:
         views: list[str | None] = []
         slots: list[udf_sink.Slot | None] = []
         inline: list[bool] = []
