@@ -336,9 +336,21 @@ class Session:
         """A new stored relation's block shape: the one given, else the executor's own default (a cluster
         wants a block for every worker, a GPU few large ones), else the CPU's."""
         bs = resolve_block_shape(shape, block_shape, blocks, what)
+        if block_shape is not None or blocks is not None:
+            return bs
+        itemsize = np.dtype(dtype).itemsize
         storage_blocks = getattr(self.executor, "storage_blocks", None)
-        if block_shape is None and blocks is None and storage_blocks is not None:
-            bs = storage_blocks(shape, bs, np.dtype(dtype).itemsize)
+        if storage_blocks is not None:
+            bs = storage_blocks(shape, bs, itemsize)
+        # the default within the session's block cap (a small memory_limit's): blocks of a third of the limit
+        # left the waves no room (a product's wave budget is a quarter of it)
+        cap = getattr(self.executor, "max_block_bytes", None)
+        if isinstance(cap, int) and bs:
+            out = list(bs)
+            while math.prod(out) * itemsize > cap and max(out) > 1:
+                d = max(range(len(out)), key=lambda i: out[i])
+                out[d] = -(-out[d] // 2)
+            bs = tuple(out)
         return bs
 
     def from_numpy(

@@ -171,7 +171,7 @@ def test_connect_takes_a_memory_limit_and_a_temp_directory(tmp_path):
         assert 0 < s.executor.kernel_memory()[1] == s.executor.memory_limit
 
 
-@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "", "much", "10 parsecs", "1MB", "150%", b"1GB"])
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "", "much", "10 parsecs", "1MB", "150%", b"1GB", 2**64])
 def test_a_bad_memory_limit_is_a_config_error(bad):
     with pytest.raises(ConfigError, match="memory_limit"):
         ts.connect(memory_limit=bad)
@@ -222,6 +222,25 @@ def test_duckdbs_own_out_of_memory_is_the_same_typed_error(limited):
     oom = duckdb.OutOfMemoryException("Out of Memory Error: failed to allocate")
     wrapped = duck_errors.wrap(oom, "einsum")
     assert isinstance(wrapped, OutOfMemoryError) and str(wrapped).startswith("einsum: ")
+    # a commit that could not pin a block (a save over the limit) is out of memory too, not a SQL error
+    commit = duckdb.TransactionException("TransactionContext Error: Failed to commit: failed to pin block")
+    assert isinstance(duck_errors.wrap(commit, "save 'X'"), OutOfMemoryError)
+    # DuckDB's IO error inside a kernel's call (a spill directory it cannot make) is no kernel's rejection
+    io = duckdb.InvalidInputException('tensor_slice: internal error: {"exception_type":"IO"}')
+    assert not isinstance(duck_errors.wrap(io, "materialize"), KernelError)
+
+
+def test_from_numpys_default_blocks_keep_within_the_block_cap():
+    """A small memory_limit's block cap bounds from_numpy's default blocks too (6.3 MiB blocks under a
+    1 MiB cap left the waves no room: out of memory)."""
+    with ts.connect(memory_limit="16MB") as s:
+        cap = s.executor.max_block_bytes
+        a = np.random.default_rng(1).standard_normal((1500, 1100))
+        rel = s.from_numpy(a)
+        assert np.prod(rel.block_shape) * 8 <= cap
+        b = np.random.default_rng(2).standard_normal((1100, 300))
+        np.testing.assert_allclose((rel[:, ::-1] @ b).numpy(), a[:, ::-1] @ b, rtol=1e-10, atol=1e-10)
+        assert s.from_numpy(a, block_shape=(1500, 1100)).block_shape == (1500, 1100)  # given: kept
 
 
 def test_results_within_the_limit_still_work(limited):

@@ -32,8 +32,9 @@ _KERNEL = re.compile(r"^(?:[A-Za-z ]+Error: )?(tensor\w*|tensorsql\w*): ")
 
 
 def kernel_function(exc: duckdb.Error) -> str | None:
-    """The kernel that raised ``exc`` (an InvalidInputException whose message starts with a kernel's name)."""
-    if not isinstance(exc, duckdb.InvalidInputException):
+    """The kernel that raised ``exc`` (an InvalidInputException whose message starts with a kernel's name);
+    None for DuckDB's own IO error inside a kernel's call (a spill directory it cannot create)."""
+    if not isinstance(exc, duckdb.InvalidInputException) or '"exception_type":"IO"' in str(exc):
         return None
     m = _KERNEL.match(str(exc))
     if m is None:
@@ -62,8 +63,10 @@ def out_of_memory(exc: BaseException, what: str) -> OutOfMemoryError | None:
         marker = text.find(udf_control.OOM_MARKER)
         start = text.rfind(": ", 0, marker - 2) if marker > 2 else -1
         return OutOfMemoryError(f"{what}: {text[start + 2 if start >= 0 else 0 :]}")
-    if isinstance(exc, duckdb.OutOfMemoryException):
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "out of memory"
+    text = str(exc).strip()
+    pinned = isinstance(exc, duckdb.TransactionException) and "failed to pin block" in text.lower()
+    if isinstance(exc, duckdb.OutOfMemoryException) or pinned:  # a commit that found no memory is one too
+        first = text.splitlines()[0] if text else "out of memory"
         return OutOfMemoryError(f"{what}: DuckDB ran out of memory ({first}); {OOM_HINT}")
     return None
 

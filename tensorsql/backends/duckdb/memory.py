@@ -93,6 +93,8 @@ def memory_limit(value: object) -> int | None:
     if value is None:
         return None
     size = parse_size(value, "memory_limit")
+    if size >= 1 << 62:  # DuckDB's setting overflows past this ("Memory value out of range")
+        raise ConfigError(f"memory_limit={value!r} is more than DuckDB can be given (below 2**62 bytes)")
     if size < MIN_MEMORY_LIMIT:
         raise ConfigError(
             f"memory_limit={value!r} ({size} bytes) is below the {MIN_MEMORY_LIMIT >> 20} MiB a session needs"
