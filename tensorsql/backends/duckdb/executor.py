@@ -280,6 +280,11 @@ class DuckDBExecutor:
         """The rows of ``query`` as they are now, in a temporary table: a query read more than once (its
         columns, its count, its cells, the keys beside them) must give the same rows each time, and one with
         ``USING SAMPLE``, ``random()`` or a table written in between would not."""
+        return Snapshot(self, self._temp_table(query, lambda exc: wrap(exc, what)))
+
+    def _temp_table(self, query: exp.Query, error: Callable[[duckdb.Error], BaseException]) -> str:
+        """CREATE TEMPORARY TABLE of ``query``'s rows under a fresh name (returned); ``error`` types a
+        failure."""
         name = f"_ts_tmp_{next(_ids)}"
         create = exp.Create(
             this=exp.Table(this=sqlgen.ident(name)),
@@ -291,8 +296,8 @@ class DuckDBExecutor:
             try:
                 self.con.execute(sqlgen.sql_text(create)).fetchall()
             except duckdb.Error as exc:
-                raise wrap(exc, what) from exc
-        return Snapshot(self, name)
+                raise error(exc) from exc
+        return name
 
     def close(self) -> None:
         with self._lock:
@@ -486,19 +491,7 @@ class DuckDBExecutor:
         columns = [(str(d[0]), str(d[1])) for d in described]
         ingest.check_columns(columns, len(shape))
         dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype, [t for _, t in columns])
-        name = f"_ts_tmp_{next(_ids)}"
-        create = exp.Create(
-            this=exp.Table(this=sqlgen.ident(name)),
-            kind="TABLE",
-            expression=dense,
-            properties=exp.Properties(expressions=[exp.TemporaryProperty()]),
-        )
-        with self._lock:
-            try:
-                self.con.execute(sqlgen.sql_text(create)).fetchall()
-            except duckdb.Error as exc:
-                raise ingest.row_error(exc) or wrap(exc, "from_sql") from exc
-        return name
+        return self._temp_table(dense, lambda exc: ingest.row_error(exc) or wrap(exc, "from_sql"))
 
     # -- running plans -------------------------------------------------------------------------------------
     def plan_query(self, plan: Plan) -> exp.Query | None:
