@@ -419,6 +419,9 @@ class Session:
         if not gen or self._checked_at.get(key) == gen:
             return
         read = self._read_at
+        if all(v == gen for v in read.values()):  # no relation read from a table before the change: no walk
+            self._checked_at[key] = gen
+            return
         nodes = dict.fromkeys(n for root in roots for n in E.topological(root))
         stale = [n for n in nodes if isinstance(n, E.Source) and read.get(n, gen) != gen]
         if stale:
