@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -64,8 +65,25 @@ def _operand(x: TensorRelation, other: object, what: str) -> object:
     return arr
 
 
+#: the comparisons by join, as Python's
+_COMPARE = {
+    "greater": operator.gt,
+    "greater_equal": operator.ge,
+    "less": operator.lt,
+    "less_equal": operator.le,
+    "equal": operator.eq,
+    "not_equal": operator.ne,
+}
+
+
 def binary(x: TensorRelation, other: object, join: str, what: str, reflected: bool = False) -> TensorRelation:
     """``x <op> other`` element-wise with numpy broadcasting (``other <op> x`` when ``reflected``)."""
+    beyond = _out_of_range(x, other, join)
+    if beyond is not None:  # numpy answers uint8 > 300 with all False: a constant mask, still of x's graph
+        far = math.inf if beyond else -math.inf  # every value of x lies on one side of it
+        truth = _COMPARE[join](far, 0) if reflected else _COMPARE[join](0, far)
+        zeros = x.session.map(x, "scale", 0)
+        return zeros + 1 if truth else zeros
     y = _operand(x, other, what)
     ny = len(np.shape(y)) if not hasattr(y, "node") else y.ndim  # type: ignore[attr-defined]
     n = max(x.ndim, ny)
@@ -73,6 +91,19 @@ def binary(x: TensorRelation, other: object, join: str, what: str, reflected: bo
     lx, ly = out[n - x.ndim :], out[n - ny :]
     a, b, la, lb = (y, x, ly, lx) if reflected else (x, y, lx, ly)
     return x.session.einsum(f"{la},{lb}->{out}", a, b, join=join)
+
+
+def _out_of_range(x: TensorRelation, other: object, join: str) -> bool | None:
+    """For a comparison of an integer relation with a Python int beyond its dtype's range: whether the int
+    is above it (True) or below (False); None for anything else."""
+    if join not in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal"):
+        return None
+    if x.dtype.kind not in "iu" or isinstance(other, bool) or not isinstance(other, int):
+        return None
+    info = np.iinfo(x.dtype)
+    if info.min <= other <= info.max:
+        return None
+    return other > info.max
 
 
 def matmul(x: TensorRelation, other: object, reflected: bool = False) -> TensorRelation:

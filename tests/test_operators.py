@@ -456,3 +456,21 @@ def test_integer_relations_divided_by_any_int_are_float64(s):
         assert got.dtype == want.dtype == np.float64
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-15)
 
+
+def test_integer_relations_compared_with_ints_beyond_their_dtype(s):
+    """numpy answers uint8 > 300 with all False (it was a RangeError): a mask of the relation's dtype."""
+    import operator
+
+    a = np.array([0, 7, 255], np.uint8)
+    R = s.from_numpy(a)
+    for op in (operator.gt, operator.ge, operator.lt, operator.le):
+        for v in (300, -1, 2**70):
+            got = op(R, v)
+            assert got.dtype == np.uint8
+            np.testing.assert_array_equal(got.numpy(), op(a, v))
+            np.testing.assert_array_equal(op(v, R).numpy(), op(v, a))
+    np.testing.assert_array_equal(R.equal(300).numpy(), [0, 0, 0])
+    np.testing.assert_array_equal(R.not_equal(-1).numpy(), [1, 1, 1])
+    with pytest.raises(ts.RangeError):
+        R + 300  # numpy raises OverflowError for arithmetic
+
