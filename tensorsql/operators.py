@@ -96,7 +96,7 @@ def binary(x: TensorRelation, other: object, join: str, what: str, reflected: bo
 def _out_of_range(x: TensorRelation, other: object, join: str) -> bool | None:
     """For a comparison of an integer relation with a Python int beyond its dtype's range: whether the int
     is above it (True) or below (False); None for anything else."""
-    if join not in ("greater", "greater_equal", "less", "less_equal", "equal", "not_equal"):
+    if join not in _COMPARE:
         return None
     if x.dtype.kind not in "iu" or isinstance(other, bool) or not isinstance(other, int):
         return None

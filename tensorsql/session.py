@@ -346,11 +346,7 @@ class Session:
         # left the waves no room (a product's wave budget is a quarter of it)
         cap = getattr(self.executor, "max_block_bytes", None)
         if isinstance(cap, int) and bs:
-            out = list(bs)
-            while math.prod(out) * itemsize > cap and max(out) > 1:
-                d = max(range(len(out)), key=lambda i: out[i])
-                out[d] = -(-out[d] // 2)
-            bs = tuple(out)
+            bs = planning.fit_shape(shape, bs, itemsize, cap)
         return bs
 
     def from_numpy(
@@ -839,9 +835,9 @@ def _tensor(target: object, catalog: object) -> str | None:
         target = target.this
     if not isinstance(target, exp.Table) or not isinstance(target.this, exp.Identifier):
         return None
-    database, schema = target.text("catalog"), target.text("db")
-    if database.lower() == "temp" or (schema.lower() == "temp" and not database):
+    if _in_temp(target):
         return None  # a temporary table is never a tensor table
+    database, schema = target.text("catalog"), target.text("db")
     if database or schema:
         here_db, here_schema = catalog.here()  # type: ignore[attr-defined]
         if not database and metadata.fold(schema) == metadata.fold(here_db):
@@ -873,8 +869,10 @@ def _dropped_tensors(statement: exp.Expression, catalog: object) -> tuple[list[s
     tables = list(statement.args.get("tables") or ([statement.this] if statement.this else []))
     for t in tables:
         if isinstance(t, exp.Table) and metadata.is_reserved(t.name):
-            raise CatalogError(f"DROP refused: {t.name!r} is tensorsql's own ({metadata.CATALOG!r} holds the "
-                               "catalog of every tensor table; drop tensors by their names)")  # fmt: skip
+            raise CatalogError(
+                f"dropping {t.name!r} is refused: it is tensorsql's own ({metadata.CATALOG!r} holds the "
+                "catalog of every tensor table; drop tensors by their names)"
+            )
     if kind != "TABLE":
         return [], []
     tensors = [t for t in tables if _tensor(t, catalog) is not None]
@@ -882,17 +880,24 @@ def _dropped_tensors(statement: exp.Expression, catalog: object) -> tuple[list[s
     return names, [t for t in tables if t not in tensors]
 
 
+def _in_temp(table: exp.Table) -> bool:
+    """A name in DuckDB's ``temp`` catalog (``temp.A``, ``temp.main.A``)."""
+    database = table.text("catalog")
+    return database.lower() == "temp" or (not database and table.text("db").lower() == "temp")
+
+
+def _created(create: exp.Create) -> exp.Expression:
+    """The table a CREATE makes (``CREATE TABLE t (a INT)`` wraps it in its column list)."""
+    return create.this.this if isinstance(create.this, exp.Schema) else create.this
+
+
 def _temporary(create: exp.Create) -> bool:
-    """CREATE TEMP TABLE, or a table made in DuckDB's ``temp`` catalog (``temp.A``, ``temp.main.A``)."""
+    """CREATE TEMP TABLE, or a table made in DuckDB's ``temp`` catalog."""
     props = create.args.get("properties")
     if props and any(isinstance(p, exp.TemporaryProperty) for p in props.expressions):
         return True
-    target = create.this.this if isinstance(create.this, exp.Schema) else create.this
-    if not isinstance(target, exp.Table):
-        return False
-    return target.text("catalog").lower() == "temp" or (
-        not target.text("catalog") and target.text("db").lower() == "temp"
-    )
+    target = _created(create)
+    return isinstance(target, exp.Table) and _in_temp(target)
 
 
 def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
@@ -917,13 +922,13 @@ def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
             # a temporary table of a tensor's name hides the tensor from every read, and a DROP of the name
             # then drops the user's temporary table with the tensor's catalog entry (temp.A too: the name is
             # looked up bare)
-            target = statement.this.this if isinstance(statement.this, exp.Schema) else statement.this
+            target = _created(statement)
             bare = exp.Table(this=target.this) if isinstance(target, exp.Table) else target
             name = _tensor(bare, catalog)
             if name is not None:
                 raise CatalogError(
-                    f"CREATE TEMPORARY refused: {name!r} is a tensor table, which a temporary table of its "
-                    "name would hide; give the temporary table another name"
+                    f"a temporary table named {name!r} is refused: {name!r} is a tensor table, which it "
+                    "would hide from every read; give the temporary table another name"
                 )
             return
         if isinstance(statement, exp.Create) and not statement.args.get("replace"):

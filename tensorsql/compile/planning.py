@@ -413,7 +413,7 @@ def fit_blocks(root: E.Node, part: Partitioning, max_bytes: int) -> Partitioning
                 shapes[node] = tuple(blocks[x] for x in node.out_labels)
         elif isinstance(node, E.Map | E.Cast):
             width = max(_itemsize(node.dtype), _itemsize(node.input.dtype))
-            shapes[node] = _fit_shape(node.shape, shapes[node], width, max_bytes)
+            shapes[node] = fit_shape(node.shape, shapes[node], width, max_bytes)
         elif isinstance(node, E.Slice):  # the input's blocks, as fitted
             shapes[node] = slice_blocks(node.count, node.keep, shapes[node.input])
     fitted = Partitioning(label_blocks, shapes)
@@ -422,15 +422,17 @@ def fit_blocks(root: E.Node, part: Partitioning, max_bytes: int) -> Partitioning
             consumers = [c for c in order if node in _reads(c, part)]
             placed = next((c for c in consumers if _reads(c, part)[node] == part.block_shapes[node]), None)
             shape = _reads(placed, fitted)[node] if placed is not None else shapes[node]
-            shapes[node] = _fit_shape(node.shape, shape, _itemsize(node.dtype), max_bytes)
+            shapes[node] = fit_shape(node.shape, shape, _itemsize(node.dtype), max_bytes)
     if label_blocks == part.label_blocks and shapes == part.block_shapes:
         return part
     return fitted
 
 
-def _fit_shape(
+def fit_shape(
     shape: tuple[int, ...], block: tuple[int, ...], itemsize: int, max_bytes: int
 ) -> tuple[int, ...]:
+    """``block`` split (its largest dimension halved first) until a block of ``shape`` holds at most
+    ``max_bytes``."""
     dims = tuple(range(len(shape)))
     sizes = dict(zip(dims, shape, strict=True))
     fit = P.split_to_fit(sizes, [(dims, itemsize)], max_bytes, dict(zip(dims, block, strict=True)))
