@@ -4,6 +4,7 @@ trained from a table (accuracy, a numpy-by-hand MLP), checkpoint and resume, sav
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -165,35 +166,88 @@ def test_cached_and_streamed_rows_train_alike(s, separable, monkeypatch):
 
 @pytest.mark.parametrize("threads", [2, 3])
 def test_batches_gathered_by_several_threads_are_the_same(separable, threads, monkeypatch):
-    """A big batch is gathered by the session's threads, a share each: the same rows in the same order as
-    one thread gathers them, so training goes bit for bit the same; the threads end with the run."""
+    """With several threads a big batch is gathered by a pool, the next one while the caller steps on this
+    one, and the next epoch's order is sorted meanwhile: the same rows in the same order as one thread gives,
+    so training goes bit for bit the same; the threads end with the run."""
     feats = ["f0", "f1", "f2", "f3"]
     x, y = separable
     runs = []
-    real = train._Cached._gather
+    real = train._Cached.epoch
     with ts.connect(threads=threads) as s2:
         table(s2, "points", {**{f"f{i}": x[:, i] for i in range(4)}, "label": y})
-        for split in (1 << 60, 1):  # never split; every batch split
+        for split in (1 << 60, 1):  # never pooled; every batch pooled
             monkeypatch.setattr(train, "GATHER_SPLIT_BYTES", split)
-            gathered = []
+            seen = []
 
-            def gather(self, part, gathered=gathered):
-                out = real(self, part)
-                gathered.append((self.pool is not None, out.copy()))
-                return out
+            def epoch(self, seed, epoch, then=None, seen=seen):
+                for xb, yb in real(self, seed, epoch, then):
+                    seen.append((self.pool is not None, xb.copy(), yb.copy()))
+                    yield xb, yb
 
-            monkeypatch.setattr(train._Cached, "_gather", gather)
+            monkeypatch.setattr(train._Cached, "epoch", epoch)
             model = ml.LogisticRegression(s2, 4, dtype="float64")
-            hist = ml.fit(model, "points", feats, "label", epochs=2, batch_size=250, optimizer=ml.Adam(0.1),
+            hist = ml.fit(model, "points", feats, "label", epochs=3, batch_size=250, optimizer=ml.Adam(0.1),
                           progress=False)  # fmt: skip
-            runs.append((hist.losses, model.weights()["W"], gathered))
-            assert not [t for t in threading.enumerate() if t.name.startswith("tensorsql-gather")]
+            runs.append((hist.losses, model.weights()["W"], seen))
+            names = [t.name for t in threading.enumerate()]
+            assert not [n for n in names if n.startswith(("tensorsql-gather", "tensorsql-shuffle"))]
     (l1, w1, g1), (l2, w2, g2) = runs
-    assert [len(b) for _, b in g1] == [250, 250, 250, 250, 200] * 2
-    assert all(pooled for pooled, _ in g2)
-    for (_, a), (_, b) in zip(g1, g2, strict=True):
-        assert a.tobytes() == b.tobytes()
+    assert [len(b) for _, b, _ in g1] == [250, 250, 250, 250, 200] * 3
+    assert not any(pooled for pooled, _, _ in g1) and all(pooled for pooled, _, _ in g2)
+    for (_, a, ya), (_, b, yb) in zip(g1, g2, strict=True):
+        assert a.tobytes() == b.tobytes() and ya.tobytes() == yb.tobytes()
     assert l1 == l2 and w1.tobytes() == w2.tobytes()
+
+
+def test_next_epoch_order_sorted_meanwhile(separable, monkeypatch):
+    """The next epoch's order, sorted on a connection of its own while this epoch runs, is the order sorted
+    when its epoch starts; an epoch other than the announced one gets its own order; a run that ends with a
+    sort under way (an error mid-epoch) interrupts it and leaves no thread or connection behind."""
+    from sqlglot import exp
+
+    monkeypatch.setattr(train, "GATHER_SPLIT_BYTES", 1)
+    x, y = separable
+    with ts.connect(threads=2) as s2:
+        table(s2, "points", {**{f"f{i}": x[:, i] for i in range(4)}, "label": y})
+        feats = ["f0", "f1", "f2", "f3"]
+        model = ml.LogisticRegression(s2, 4, dtype="float64")
+        probe = exp.select(exp.Star()).from_("points")
+        rows = train._Cached(s2.local_executor, probe, feats, "label", model, len(y), 300)
+
+        def epoch(e, then=None):
+            return [(a.copy(), b.copy()) for a, b in rows.epoch(7, e, then)]
+
+        def raw(batches):
+            return [a.tobytes() + b.tobytes() for a, b in batches]
+
+        try:
+            first = epoch(0, then=1)
+            assert rows.next is not None and rows.next[0] == (7, 1)
+            meanwhile, alone = epoch(1), epoch(1)
+            assert rows.next is None
+            epoch(2, then=3)
+            other, alone5 = epoch(5), epoch(5)  # epoch 3's order was sorted, epoch 5 asked for
+            for got, want in ((meanwhile, alone), (other, alone5)):
+                assert raw(got) == raw(want)
+            assert sorted(np.concatenate([b for _, b in first]).tolist()) == sorted(y.tolist())
+            assert first[0][0].tobytes() != meanwhile[0][0].tobytes()  # another epoch, another order
+            real = train._Cached._sort
+
+            def endless(self, seed, epoch, cursor):  # a sort that ends only when interrupted
+                if cursor is not None:
+                    cursor.sql("SELECT sum(range) FROM range(1000000000000000)").fetchall()
+                return real(self, seed, epoch, cursor)
+
+            monkeypatch.setattr(train._Cached, "_sort", endless)
+            batches = rows.epoch(7, 8, then=9)
+            next(batches)
+        finally:
+            t = time.perf_counter()
+            rows.close()
+            assert time.perf_counter() - t < 30
+        assert rows.next is None and rows.cursor is None and rows.shuffler is None
+        names = [t.name for t in threading.enumerate()]
+        assert not [n for n in names if n.startswith(("tensorsql-gather", "tensorsql-shuffle"))]
 
 
 def test_mlp_full_batch_steps_match_numpy_by_hand(s):

@@ -522,18 +522,28 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
-    def with_arrow(self, views: Mapping[str, pa.Table], build: Callable[[], exp.Query]) -> pa.Table:
-        """The rows of ``build()``'s query, with Arrow tables registered under ``views`` while it runs."""
+    def with_arrow(
+        self,
+        views: Mapping[str, pa.Table],
+        build: Callable[[], exp.Query],
+        cursor: duckdb.DuckDBPyConnection | None = None,
+    ) -> pa.Table:
+        """The rows of ``build()``'s query, with Arrow tables registered under ``views`` while it runs; on
+        ``cursor`` (from ``cursor()``) when given, outside the session's lock, so it can run beside other
+        statements (``fit`` sorts the next epoch's order while this one's steps run)."""
+        if cursor is not None:
+            return _with_arrow(cursor, views, build)
+        with self._lock:
+            return _with_arrow(self.con, views, build)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of its own to the session's database, for ``with_arrow`` beside other statements
+        (its own registered views; DuckDB runs connections of one database at once). The caller closes it."""
         with self._lock:
             try:
-                for name, table in views.items():
-                    self.con.register(name, table)
-                return self.con.sql(sqlgen.sql_text(build())).to_arrow_table()
+                return self.con.cursor()
             except duckdb.Error as exc:
                 raise wrap(exc, "to_rows") from exc
-            finally:
-                for name in views:
-                    self.unregister_view(name)
 
     def unregister_view(self, name: str) -> None:
         """Unregisters a view registered for one statement, a failure logged: raised in a ``finally``, it
@@ -1007,6 +1017,26 @@ def _unregister(executor_ref: weakref.ref, names: list[str]) -> None:
         return
     for name in names:
         ex.release(name)
+
+
+def _with_arrow(
+    con: duckdb.DuckDBPyConnection,
+    views: Mapping[str, pa.Table],
+    build: Callable[[], exp.Query],
+) -> pa.Table:
+    """``DuckDBExecutor.with_arrow`` on ``con``."""
+    try:
+        for name, table in views.items():
+            con.register(name, table)
+        return con.sql(sqlgen.sql_text(build())).to_arrow_table()
+    except duckdb.Error as exc:
+        raise wrap(exc, "to_rows") from exc
+    finally:
+        for name in views:
+            try:
+                con.unregister(name)
+            except duckdb.Error as exc:  # raised in a finally, it would hide the statement's own error
+                log.warning("tensorsql: could not unregister view %s: %s", name, exc)
 
 
 def _deallocate(executor_ref: weakref.ref, name: str, lane: bool = False) -> None:
