@@ -58,6 +58,19 @@ def test_stored_inputs_over_the_limit_are_joined_in_waves(stored, tmp_path, eq):
         assert _stages_left(s) == [] and s.executor._stages == set()
 
 
+@pytest.mark.parametrize("eq", ["ij,jk->ik", "ij,jk,kl->il", "ij,ij->i"])
+def test_a_table_joined_with_itself_runs_in_waves(stored, tmp_path, eq):
+    """X @ X reads the table twice, two scans each holding its blocks: counted once, cutting one side raised
+    the estimate, no halving lowered it, and the plan ran as one query (OutOfMemoryError)."""
+    path, x, _ = stored
+    n = eq.count(",") + 1
+    with _open(path, tmp_path, read_only=True) as s:
+        lazy = s.einsum(eq, *[s.table("X")] * n)
+        assert "runs in waves" in lazy.explain()
+        assert_einsum_close(lazy.numpy(), eq, *[x] * n, optimize=True)
+        assert _stages_left(s) == []
+
+
 def test_without_waves_the_same_join_runs_out_of_memory(stored, tmp_path, monkeypatch):
     """What the waves fix: the same join in one query fails under the same limit (with the typed error)."""
     path, _, _ = stored

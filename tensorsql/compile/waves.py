@@ -95,6 +95,11 @@ class _Walk:
         here = _relevant(rel.schema, ranges) if not isinstance(rel, T.Aggregate) else dict(ranges)
         key = (id(rel), frozenset(here.items()))
         if key in self.memo:  # a shared input (the plan is a DAG): computed once, counted once
+            if isinstance(rel, T.Scan):
+                # but a stored table read twice (X @ X) is two scans, each holding its blocks; counted once,
+                # cutting one side of X @ X raised the estimate (half of X and all of it again), so no
+                # halving lowered it and the plan ran as one query over the limit
+                self.count(rel, here)
             return self.memo[key]
         out = self._push(rel, here, fused)
         self.memo[key] = out
