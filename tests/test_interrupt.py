@@ -342,3 +342,51 @@ def test_a_long_save_or_materialize_finishes(tmp_path):
     assert not t.is_alive(), "a long save or materialize hung"
     assert outcome == [0.0]
 
+
+
+def test_a_collection_on_the_long_run_worker_does_not_deadlock(monkeypatch):
+    """A garbage collection that runs on longrun's worker thread runs the finalizers of dead relations there
+    (a view to unregister, a table to drop, a prepared statement to deallocate); they took the executor's
+    lock, which the caller held while it waited for the worker: a hang Ctrl-C could not end (found by a
+    probe). They are queued now, and run by the caller as it lets go of the lock."""
+    import gc
+
+    real = longrun.run_long
+
+    def collecting(con, token, lib, fn, **kw):
+        def fn_then_collect():
+            gc.collect()  # what any allocation on the worker may start
+            return fn()
+
+        return real(con, token, lib, fn_then_collect, **kw)
+
+    monkeypatch.setattr(longrun, "run_long", collecting)
+    outcome: list[object] = []
+
+    def work() -> None:
+        with ts.connect(threads=2) as s:
+            s.executor.progress = False
+            x = np.ones((300, 300))
+
+            class Holder:
+                pass
+
+            names = []
+            for _ in range(3):  # relations reachable only through a cycle: freed by the collector alone
+                h = Holder()
+                h.uploaded, h.stored, h.me = s.from_numpy(x), (s.from_numpy(x) * 2).materialize(), h
+                names += [h.uploaded.node.table, h.stored.node.table]
+                del h
+            big = np.random.default_rng(0).random((2000, 2000))
+            prod = s.einsum("ij,jk->ik", big, big)
+            assert s.executor._statement(prod.plan()).long  # the worker thread's path
+            got = prod.numpy()
+            left = {n for (n,) in s.execute("SELECT view_name FROM duckdb_views() WHERE temporary")}
+            left |= {n for (n,) in s.execute("SELECT table_name FROM duckdb_tables() WHERE temporary")}
+            outcome.append((np.abs(got - big @ big).max(), sorted(set(names) & left)))
+
+    t = threading.Thread(target=work, daemon=True)
+    t.start()
+    t.join(120)
+    assert not t.is_alive(), "a collection on the worker thread hung the query"
+    assert outcome and outcome[0][0] < 1e-9 * 2000 and outcome[0][1] == []

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import threading
 from collections.abc import Iterator, Sequence
 
 import duckdb
@@ -342,7 +341,7 @@ def listed_in(con: duckdb.DuckDBPyConnection, database: str, schema: str, name: 
 class DuckDBCatalog:
     """The ``Catalog`` of one DuckDB connection (the executor's lock serializes it with queries)."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, lock: threading.RLock) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, lock: contextlib.AbstractContextManager) -> None:
         self._con = con
         self._lock = lock
 

@@ -27,7 +27,6 @@ import logging
 import math
 import os
 import sys
-import threading
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from tensorsql.backends.duckdb import allocator, catalog, costs, ingest, longrun
 from tensorsql.backends.duckdb import many as many_
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
+from tensorsql.backends.duckdb.locking import ConnectionLock
 from tensorsql.backends.duckdb.staged import StagedRun
 from tensorsql.compile import waves
 from tensorsql.compile.plan import Plan
@@ -193,16 +193,16 @@ class DuckDBExecutor:
         #: a progress bar for long queries (None: TENSORSQL_PROGRESS, else whether stderr is a terminal)
         self.progress = progress
         self._token: int | None = None
-        self._lock = threading.RLock()
+        #: clean-ups asked for while a result streams or another thread holds the lock run as it is let go
+        self._lock = ConnectionLock(lambda: not self._streaming)
         self.catalog = DuckDBCatalog(self.con, self._lock)
         self.kernel_set = DuckDBKernels(self)
         self._statements: weakref.WeakKeyDictionary[Plan, _Statement] = weakref.WeakKeyDictionary()
         #: uploaded views, checked whole when uploaded (immutable Arrow tables: reads skip the checks)
         self._views: set[str] = set()
         #: while a result is streamed from the connection (``read_batches``), the clean-ups finalizers ask
-        #: for (garbage collected in the consumer, same thread): the connection takes no other query then
+        #: for (garbage collected in the consumer, same thread) wait: the connection takes no other query then
         self._streaming = 0
-        self._deferred: list[tuple[Callable[[str], None], str]] = []
         #: the stage tables of a run in waves (``staged``), ours: reads skip the checks
         self._stages: set[str] = set()
         #: sinks and slots: None until checked once against this connection
@@ -364,31 +364,27 @@ class DuckDBExecutor:
         return name
 
     def release(self, name: str) -> None:
-        """Unregisters an uploaded view (finalizers call this; a closed connection has nothing to release)."""
-        with self._lock:
-            self._views.discard(name)
-            if self.closed:
-                return
-            if self._streaming:
-                self._deferred.append((self.release, name))
-                return
-            try:
-                self.con.unregister(name)
-            except duckdb.Error as exc:
-                log.warning("tensorsql: could not unregister view %s: %s", name, exc)
+        """Unregisters an uploaded view (finalizers call this, on any thread: ``locking``)."""
+        self._lock.run_or_queue(self._release_held, name)
+
+    def _release_held(self, name: str) -> None:
+        self._views.discard(name)
+        if self.closed:  # a closed connection has nothing to release
+            return
+        try:
+            self.con.unregister(name)
+        except duckdb.Error as exc:
+            log.warning("tensorsql: could not unregister view %s: %s", name, exc)
 
     def drop(self, name: str) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            if self._streaming:
-                self._deferred.append((self.drop, name))
-                return
-            self._drop_held(name)
+        """Drops a temporary table (finalizers call this, on any thread: ``locking``)."""
+        self._lock.run_or_queue(self._drop_held, name)
 
     def _drop_held(self, name: str) -> None:
         """``drop`` for a caller that holds the lock, or runs for one that does and waits for it (a long
         run's worker thread: taking the lock there would wait forever)."""
+        if self.closed:
+            return
         drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
         try:
             self.con.execute(sqlgen.sql_text(drop)).fetchall()
@@ -570,11 +566,7 @@ class DuckDBExecutor:
             finally:  # a consumer that raises leaves the result open: the connection would refuse the next
                 if reader is not None:
                     reader.close()
-                self._streaming -= 1
-                if not self._streaming:
-                    deferred, self._deferred = self._deferred, []
-                    for clean, name in deferred:
-                        clean(name)
+                self._streaming -= 1  # the clean-ups the consumer's collections queued run as the lock goes
 
     def text(self, plan: Plan, pretty: bool = True) -> str:
         """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
@@ -1040,17 +1032,21 @@ def _with_arrow(
 
 
 def _deallocate(executor_ref: weakref.ref, name: str, lane: bool = False) -> None:
+    """A finalizer: the prepared statement ``name`` of a collected plan goes (on any thread: ``locking``)."""
     ex = executor_ref()
     if ex is None or ex.closed:
         return
-    with ex._lock:
+
+    def deallocate(name: str) -> None:
         con = ex._lane_con() if lane else ex.con
-        if con is None:
+        if ex.closed or con is None:
             return
         try:
             con.execute(statements.deallocate(name)).fetchall()
         except duckdb.Error as exc:
             log.warning("tensorsql: could not deallocate prepared statement %s: %s", name, exc)
+
+    ex._lock.run_or_queue(deallocate, name)
 
 
 __all__ = ["SLOT_BYTES", "SMALL_RESULT_BYTES", "DuckDBExecutor"]
