@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensorsql.dtypes import DTYPES, dtype_name
-from tensorsql.errors import OperatorError, RangeError, ShapeError
+from tensorsql.errors import EinsumError, OperatorError, RangeError, ShapeError
 from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
@@ -110,10 +110,17 @@ def matmul(x: TensorRelation, other: object, reflected: bool = False) -> TensorR
     """numpy's ``@``: 1-d operands are vectors (their axis dropped from the result), batch axes broadcast."""
     y = _operand(x, other, "@")
     a, b = (y, x) if reflected else (x, y)
-    na = len(np.shape(a)) if not hasattr(a, "node") else a.ndim  # type: ignore[attr-defined]
-    nb = len(np.shape(b)) if not hasattr(b, "node") else b.ndim  # type: ignore[attr-defined]
+    sa = np.shape(a) if not hasattr(a, "node") else a.shape  # type: ignore[attr-defined]
+    sb = np.shape(b) if not hasattr(b, "node") else b.shape  # type: ignore[attr-defined]
+    na, nb = len(sa), len(sb)
     if na == 0 or nb == 0:
         raise ShapeError("@: matmul does not take a 0-d operand (use *)")
+    ja, jb = sa[-1], sb[0] if nb == 1 else sb[-2]
+    if ja != jb:  # einsum would broadcast a size 1 here; numpy's matmul never does along its core dimension
+        raise EinsumError(
+            f"@: the operands' core dimensions differ in size ({ja} against {jb}): shapes "
+            f"{tuple(sa)} and {tuple(sb)}"
+        )
     batch = max(na, nb, 2) - 2
     letters = _letters(batch + 3, "@")
     bl, i, j, k = letters[:batch], letters[batch], letters[batch + 1], letters[batch + 2]

@@ -181,6 +181,12 @@ def test_a_chain_of_operators_is_one_plan(s):
         (lambda x: x + np.ones(4), ts.EinsumError, "size"),
         (lambda x: x @ np.ones(5), ts.EinsumError, "size"),
         (lambda x: x @ 2.0, ts.ShapeError, "0-d"),
+        # a size 1 against another: einsum broadcasts it, numpy's matmul refuses (it gave a * b.sum(0))
+        (lambda x: x[:, :1] @ np.ones((3, 2)), ts.EinsumError, r"core dimensions differ in size \(1 against"),
+        (lambda x: x[:, :1] @ x[:3], ts.EinsumError, r"\(1 against 3\)"),
+        (lambda x: np.ones((2, 1)) @ x, ts.EinsumError, r"\(1 against 4\)"),
+        (lambda x: x[0, :1] @ np.ones((3, 2)), ts.EinsumError, r"\(1 against 3\)"),
+        (lambda x: np.ones(3) @ x[:1], ts.EinsumError, r"\(3 against 1\)"),
         (lambda x: x.sum(2), ts.ShapeError, "out of range"),
         (lambda x: x.sum((0, 0)), ts.ShapeError, "repeats"),
         (lambda x: x ** "2", ts.OperatorError, "exponent"),
