@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import sqlglot
 from sqlglot import exp
 
 from tensorsql import compile as C
@@ -129,10 +130,28 @@ class Session:
             raise ConfigError(
                 f"execute takes SQL text (a str) or a sqlglot expression, got {type(query).__name__}"
             )
+        self._refuse_shadows(query)
         try:
             return self.executor.query(query, str(what))  # type: ignore[attr-defined]
         finally:
             self._catalog_gen += 1  # any statement may have changed a tensor table (a ROLLBACK of a save)
+
+    def _refuse_shadows(self, query: str | exp.Expression) -> None:
+        """A temporary table or view of a tensor's name is refused here too, as in ``sql``: every read of
+        the tensor would read it instead (an empty one: a tensor of zeros). Other statements run as given."""
+        if isinstance(query, str):
+            if "temp" not in query.lower():  # no CREATE TEMP[ORARY] nor temp.X: nothing to parse
+                return
+            try:
+                statements = sqlglot.parse(query, read="duckdb")
+            except sqlglot.errors.SqlglotError:
+                return  # DuckDB's own syntax sqlglot cannot read: DuckDB runs it or says why
+        else:
+            statements = [query]
+        catalog = self.executor.catalog
+        for statement in statements:
+            if isinstance(statement, exp.Create) and _temporary(statement):
+                _refuse_writes(statement, catalog)
 
     def sql(self, query: str, *, explain: bool = False) -> object:
         """One DuckDB SQL statement in which tensor tables are ordinary tables and the tensor table functions

@@ -481,6 +481,26 @@ def test_statements_that_would_break_a_tensor_table_are_refused(db, statement):
     np.testing.assert_array_equal(db.table("guarded").numpy(), np.ones((2, 2)))
 
 
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "CREATE TEMP TABLE guarded AS SELECT 1 AS x",
+        "create temporary table GUARDED (k0 INTEGER, k1 INTEGER, tensor BLOB)",
+        "CREATE TEMP VIEW guarded AS SELECT 1 AS x",
+        "CREATE TABLE temp.main.guarded (k0 INTEGER, k1 INTEGER, tensor BLOB)",
+        "SELECT 1; CREATE TEMP TABLE guarded AS SELECT 1 AS x",
+    ],
+)
+def test_execute_refuses_a_temporary_table_of_a_tensors_name(db, statement):
+    """Through execute too (a probe): the temporary table hid the tensor, whose reads gave zeros, and drop()
+    then dropped it with the tensor's catalog entry, leaving the tensor's table behind."""
+    db.save(db.from_numpy(np.arange(4.0).reshape(2, 2)), "guarded", replace=True)
+    with pytest.raises(ts.CatalogError, match="'guarded' is a tensor table"):
+        db.execute(statement)
+    np.testing.assert_array_equal(db.table("guarded").numpy(), np.arange(4.0).reshape(2, 2))
+    db.execute("CREATE TEMP TABLE not_guarded AS SELECT 1 AS x; DROP TABLE not_guarded")
+
+
 def test_drops_qualified_with_this_database_or_another_schema(tmp_path):
     """memory.main.X and memory.X are this schema's X: dropped with its catalog entry (DuckDB dropped the
     table and left the entry). main.X while another schema is current is that schema's tensor: refused (it
