@@ -407,7 +407,16 @@ class Session:
                 f"from_arrow: a {len(shape)}-d tensor's table has columns {sorted(want)}, this one has "
                 f"{table.column_names}"
             )
-        view = self.executor.upload(table, (shape, bs, dtype))
+        keys = [f"k{d}" for d in range(len(shape))]
+        verified = False
+        if any(table.schema.field(k).type != pa.int32() for k in keys):
+            # checked inside the grid, the keys are INTEGER like every tensor table's (DuckDB bound a uint64
+            # key as HUGEINT, which the kernels' calls do not take)
+            arrow.check_blocks(table, shape, bs, dtype)
+            for k in keys:
+                table = table.set_column(table.schema.get_field_index(k), k, table.column(k).cast(pa.int32()))
+            verified = True
+        view = self.executor.upload(table, (shape, bs, dtype), verified=verified)
         return self._stored(view, shape, bs, dtype, release=self.executor.release)
 
     def table(self, name: str) -> TensorRelation:
@@ -491,6 +500,11 @@ class Session:
         rel = self._own(rel, "save")
         name = metadata.check_name(name, "save")
         _flag(replace, "save", "replace")
+        if rel.ndim > metadata.MAX_RANK:  # written, its catalog entry could not be read back
+            raise ShapeError(
+                f"save {name!r}: a stored tensor has at most {metadata.MAX_RANK} dimensions, this one has "
+                f"{rel.ndim}"
+            )
         if not replace and self.executor.catalog.exists(name):
             raise CatalogError(
                 f"a table named {name!r} (or one whose name differs only in the case of ASCII letters: they "
@@ -1128,6 +1142,8 @@ def shared_steps(roots: Sequence[E.Node]) -> list[E.Node]:
 def _shape(shape: object, what: str) -> tuple[int, ...]:
     """A user's shape as a tuple of non-negative ints, or a ShapeError naming the call."""
     try:
+        if any(isinstance(n, bool | np.bool_) for n in shape):  # type: ignore[attr-defined]
+            raise TypeError("a bool is not a size")
         shp = tuple(operator.index(n) for n in shape)  # type: ignore[attr-defined]
     except TypeError as exc:
         raise ShapeError(f"{what}: shape={shape!r} is not a sequence of ints") from exc

@@ -437,3 +437,49 @@ def test_compiled_inputs_narrowed_only_where_the_values_fit(s):
     np.testing.assert_allclose(g(np.array([0.1, 2.5])), np.array([0.1, 2.5], np.float32) + 1)
     with pytest.raises(ts.DTypeError, match="float32 cannot hold"):
         g(np.array([1e300, 0.0]))
+
+
+def test_a_read_only_view_of_a_writable_array_is_copied():
+    """A read-only array is viewed in place (nobody can change it), but a read-only view of a writable
+    array changes with it: it is copied (the relation changed when the base was written; found by a probe)."""
+    base = np.arange(6.0)
+    view = base.view()
+    view.flags.writeable = False
+    frozen = np.arange(6.0)
+    frozen.flags.writeable = False
+    with ts.connect() as s:
+        rel, kept = s.from_numpy(view), s.from_numpy(frozen)
+        base[:] = -1
+        np.testing.assert_array_equal(rel.numpy(), np.arange(6.0))
+        np.testing.assert_array_equal(kept.numpy(), np.arange(6.0))
+
+
+def test_ranks_past_the_stored_limit():
+    """A 63- or 64-d array is a relation (np.indices cannot make its keys: numpy has 64 dimensions at
+    most); a stored tensor has at most 52 (its catalog entry), refused before anything is written."""
+    with ts.connect() as s:
+        for r in (63, 64):
+            x = np.arange(2.0).reshape((1,) * (r - 1) + (2,))
+            np.testing.assert_array_equal(s.from_numpy(x).numpy(), x)
+        with pytest.raises(ts.ShapeError, match="at most 52 dimensions, this one has 53"):
+            s.from_numpy(np.ones((1,) * 53)).save("deep")
+        assert s.tables() == []
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.from_numpy(np.ones((2, 3)), block_shape=(True, 3)),
+        lambda s: s.from_numpy(np.ones((2, 3)), blocks=(np.True_, 1)),
+        lambda s: s.from_sql("SELECT 0, 1.0", (True,)),
+    ],
+)
+def test_a_bool_is_not_a_size(call):
+    with ts.connect() as s, pytest.raises(ts.ShapeError, match="is not a sequence of ints"):
+        call(s)
+
+
+def test_more_blocks_along_a_dimension_than_an_integer_key_holds():
+    match = "more than the 2147483647 a dimension may have"
+    with ts.connect() as s, pytest.raises(ts.ShapeError, match=match):
+        s.from_sql("SELECT 0, 1.0", (2**40,), block_shape=(1,))

@@ -35,6 +35,19 @@ def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     )
 
 
+def _immutable(arr: np.ndarray) -> bool:
+    """Whether nobody can change ``arr``'s memory: read-only down to the memory's owner (a read-only view
+    of a writable array changes with it; a ``bytes`` object never changes)."""
+    base: object = arr
+    while isinstance(base, np.ndarray):
+        if base.flags.writeable:
+            return False
+        if base.base is None:
+            return True
+        base = base.base
+    return isinstance(base, bytes)
+
+
 def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: bool = True) -> pa.Table:
     """One row per block: key columns k0..k{r-1} (INTEGER) and the block's C-order bytes.
 
@@ -48,7 +61,10 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
     g = grid(shape, block_shape)
     r = arr.ndim
     nblocks = int(np.prod(g)) if r else 1
-    keys = np.indices(g, dtype=np.int32).reshape(r, -1) if r else np.zeros((0, 1), np.int32)
+    if r >= 63:  # np.indices makes an array of r + 1 dimensions: numpy has at most 64
+        keys = np.array(np.unravel_index(np.arange(nblocks), g), dtype=np.int32).reshape(r, -1)
+    else:
+        keys = np.indices(g, dtype=np.int32).reshape(r, -1) if r else np.zeros((0, 1), np.int32)
     # per-block extents (ragged upper edges) and byte sizes
     exts = np.empty((r, nblocks), dtype=np.int64)
     for d in range(r):
@@ -58,10 +74,11 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
     np.cumsum(sizes, out=offsets[1:])
     contiguous = arr.flags.c_contiguous and all(block_shape[d] >= shape[d] for d in range(1, r))
     if contiguous:
-        # blocks are consecutive slabs of the array: one memcpy, or none for a read-only array (the relation
-        # then views the caller's memory, which cannot change under it)
+        # blocks are consecutive slabs of the array: one memcpy, or none for memory nobody can change (the
+        # relation then views it) or that is the relation's alone (a conversion made it)
         flat = arr.reshape(-1).view(np.uint8)
-        data = flat if not (copy and arr.flags.writeable) else flat.copy()
+        own = arr is not array and arr.base is None
+        data = flat if not copy or own or _immutable(arr) else flat.copy()
     else:
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
         for b in range(nblocks):
@@ -91,8 +108,12 @@ def _key_problem(
             return "null", key, d
     if not n:
         return None
-    idx = np.stack([table.column(f"k{d}").to_numpy(zero_copy_only=False)[rows] for d in range(r)])
-    idx = idx.astype(np.int64)
+    cols = [table.column(f"k{d}").to_numpy(zero_copy_only=False)[rows] for d in range(r)]
+    for col in cols:  # a uint64 key past int64's range: outside any grid (cast, it would read as negative)
+        huge = np.flatnonzero(col > np.iinfo(np.int64).max) if col.dtype == np.uint64 else ()
+        if len(huge):
+            return "outside", tuple(int(c[huge[0]]) for c in cols), 0
+    idx = np.stack([c.astype(np.int64) for c in cols])
     g = grid(shape, block_shape)
     outside = np.flatnonzero(np.any((idx < 0) | (idx >= np.array(g, np.int64)[:, None]), axis=0))
     if outside.size:
@@ -133,8 +154,8 @@ def check_blocks(
         raise CorruptTableError(f"{what}: its tensor column has type {blobs.type}, not binary")
     if not table.num_rows:
         return
-    cols = [table.column(f"k{d}").to_numpy(zero_copy_only=False) for d in range(r)]
-    keys = np.stack(cols).astype(np.int64) if r else np.zeros((0, table.num_rows), np.int64)
+    cols = [table.column(f"k{d}").to_numpy(zero_copy_only=False).astype(np.int64) for d in range(r)]
+    keys = np.stack(cols) if r else np.zeros((0, table.num_rows), np.int64)
     need = np.full(table.num_rows, DTYPES[dtype].itemsize, dtype=np.int64)
     for d in range(r):
         need *= np.minimum(block_shape[d], shape[d] - keys[d] * block_shape[d])

@@ -11,8 +11,11 @@ import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from tensorsql.errors import ShapeError
 from tensorsql.ir import expr as E
+from tensorsql.metadata import MAX_BLOCKS_PER_DIM
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,6 +70,8 @@ def resolve_block_shape(
     given = block_shape if block_shape is not None else blocks
     kind = "block_shape" if block_shape is not None else "blocks"
     try:
+        if any(isinstance(v, bool | np.bool_) for v in given):  # type: ignore[union-attr]
+            raise TypeError("a bool is not a size")
         vals = tuple(operator.index(v) for v in given)  # type: ignore[union-attr]
     except TypeError as exc:
         raise ShapeError(f"{what}: {kind}={given!r} is not a sequence of ints") from exc
@@ -78,8 +83,16 @@ def resolve_block_shape(
         if kind == "blocks" and v > max(n, 1):
             raise ShapeError(f"{what}: blocks[{d}]={v} parts exceed dimension {d}'s size {n}")
     if kind == "blocks":
-        return tuple(max(1, -(-n // v)) for n, v in zip(shape, vals, strict=True))
-    return tuple(min(v, max(n, 1)) for v, n in zip(vals, shape, strict=True))
+        out = tuple(max(1, -(-n // v)) for n, v in zip(shape, vals, strict=True))
+    else:
+        out = tuple(min(v, max(n, 1)) for v, n in zip(vals, shape, strict=True))
+    for d, (n, b) in enumerate(zip(shape, out, strict=True)):
+        if nblocks(n, b) > MAX_BLOCKS_PER_DIM:  # block keys are INTEGER columns
+            raise ShapeError(
+                f"{what}: dimension {d} of size {n} in blocks of {b} is {nblocks(n, b)} blocks, more than "
+                f"the {MAX_BLOCKS_PER_DIM} a dimension may have; give it bigger blocks"
+            )
+    return out
 
 
 def nblocks(n: int, b: int) -> int:
