@@ -12,6 +12,7 @@ import math
 import numbers
 import operator
 import os
+import re
 import sys
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -135,6 +136,15 @@ class Session:
             return self.executor.query(query, str(what))  # type: ignore[attr-defined]
         finally:
             self._catalog_gen += 1  # any statement may have changed a tensor table (a ROLLBACK of a save)
+            self._transaction_statement(query)
+
+    def _transaction_statement(self, query: str | exp.Expression) -> None:
+        """After a statement that may begin or end the user's transaction: the executor looks (its
+        clean-ups wait for the end of one)."""
+        text = query if isinstance(query, str) else query.sql(dialect="duckdb")
+        look = getattr(self.local_executor, "transaction_ended", None)
+        if look is not None and _TRANSACTION_WORDS.search(text):
+            look()
 
     def _refuse_shadows(self, query: str | exp.Expression) -> None:
         """A temporary table or view of a tensor's name is refused here too, as in ``sql``: every read of
@@ -205,6 +215,8 @@ class Session:
             )
         own = rw.original  # the statement's own text when it had nothing to rewrite
         out = relation(own if own is not None else statement, "sql")
+        if isinstance(statement, exp.Transaction | exp.Commit | exp.Rollback | exp.Command):
+            self._transaction_statement(query)
         if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
             self._sql_kept[out] = rw.made
         return out
@@ -1137,6 +1149,10 @@ def shared_steps(roots: Sequence[E.Node]) -> list[E.Node]:
                 for child in E.children(node):
                     uses[child] = uses.get(child, 0) + 1
     return [n for n in order if uses.get(n, 0) >= 2 and E.children(n)]
+
+
+#: words of the statements that begin or end a transaction
+_TRANSACTION_WORDS = re.compile(r"\b(begin|start|commit|rollback|abort|end)\b", re.IGNORECASE)
 
 
 def _shape(shape: object, what: str) -> tuple[int, ...]:

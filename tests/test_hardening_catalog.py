@@ -245,8 +245,9 @@ def test_temp_tables_of_from_sql_and_materialize_are_dropped_when_collected():
         assert _temp_tables(s2) == 0
 
 
-def test_a_failing_cleanup_logs_a_warning(caplog):
-    """A temporary table that cannot be dropped is reported on the 'tensorsql' logger, never swallowed."""
+def test_a_failing_cleanup_logs_a_warning(caplog, monkeypatch):
+    """A temporary table that cannot be dropped is reported on the 'tensorsql' logger, never swallowed. (One
+    collected inside the user's aborted transaction waits for its end, then goes.)"""
     with ts.connect() as s2:
         rel = s2.from_sql("SELECT i, 1.0 FROM range(4) t(i)", (4,))
         s2.execute("BEGIN")
@@ -255,9 +256,24 @@ def test_a_failing_cleanup_logs_a_warning(caplog):
         with caplog.at_level(logging.WARNING, logger="tensorsql"):
             del rel
             gc.collect()
+            s2.execute("ROLLBACK")
+        assert not [r for r in caplog.records if r.name == "tensorsql"]
+        assert _temp_tables(s2) == 0
+        rel = s2.from_sql("SELECT i, 1.0 FROM range(4) t(i)", (4,))
+        real = duckdb.DuckDBPyConnection.execute
+
+        def failing(con, query, *args):
+            if str(query).startswith("DROP TABLE IF EXISTS"):
+                raise duckdb.IOException("tensorsql test: the drop failed")
+            return real(con, query, *args)
+
+        monkeypatch.setattr(duckdb.DuckDBPyConnection, "execute", failing)
+        with caplog.at_level(logging.WARNING, logger="tensorsql"):
+            del rel
+            gc.collect()
+        monkeypatch.undo()
         warnings = [r.getMessage() for r in caplog.records if r.name == "tensorsql"]
         assert any("could not drop temporary table _ts_tmp_" in m for m in warnings), warnings
-        s2.execute("ROLLBACK")
     caplog.clear()  # seen and checked: the autouse fixture must not fail this test for it
 
 
@@ -492,3 +508,31 @@ def test_sql_literals_refuse_anything_but_str_int_float():
             sqlgen.lit(bad)  # type: ignore[arg-type]
     assert sqlgen.lit(np.int64(-3)).sql() == "-3" and sqlgen.lit(np.float32(0.5)).sql() == "0.5"
     assert sqlgen.lit("it's").sql(dialect="duckdb") == "'it''s'"
+
+
+@pytest.mark.parametrize(
+    ("run", "end"), [("execute", "ROLLBACK"), ("sql", "ROLLBACK"), ("execute", "COMMIT")]
+)
+def test_clean_ups_inside_the_users_transaction_wait_for_its_end(run, end):
+    """Views unregistered and temporary tables dropped inside the user's transaction came back with its
+    ROLLBACK, and nothing dropped them again (found by a probe): they wait for the transaction's end."""
+    import gc
+
+    with ts.connect() as s:
+        go = getattr(s, run)
+
+        def ours():
+            mine = "temporary AND {}_name LIKE '_ts_%'"
+            views = s.execute(f"SELECT count(*) FROM duckdb_views() WHERE {mine.format('view')}")
+            tables = s.execute(f"SELECT count(*) FROM duckdb_tables() WHERE {mine.format('table')}")
+            return views[0][0], tables[0][0]
+
+        rels = [s.from_numpy(np.ones((30, 30)) * i) for i in range(3)]
+        kept = [(r @ r).materialize() for r in rels]
+        assert ours() == (3, 3)
+        go("BEGIN TRANSACTION")
+        del rels, kept
+        gc.collect()
+        assert ours() == (3, 3)  # waiting for the end of the user's transaction
+        go(end)
+        assert ours() == (0, 0)

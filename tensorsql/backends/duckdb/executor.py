@@ -203,6 +203,9 @@ class DuckDBExecutor:
         #: while a result is streamed from the connection (``read_batches``), the clean-ups finalizers ask
         #: for (garbage collected in the consumer, same thread) wait: the connection takes no other query then
         self._streaming = 0
+        #: inside a transaction the user began (``transaction_ended``): clean-ups wait for its end
+        self.user_transaction = False
+        self._after_txn: list[tuple[Callable[[str], None], str]] = []
         #: the stage tables of a run in waves (``staged``), ours: reads skip the checks
         self._stages: set[str] = set()
         #: sinks and slots: None until checked once against this connection
@@ -368,6 +371,8 @@ class DuckDBExecutor:
         self._lock.run_or_queue(self._release_held, name)
 
     def _release_held(self, name: str) -> None:
+        if self._after_transaction(self._release_held, name):
+            return
         self._views.discard(name)
         if self.closed:  # a closed connection has nothing to release
             return
@@ -376,6 +381,26 @@ class DuckDBExecutor:
         except duckdb.Error as exc:
             log.warning("tensorsql: could not unregister view %s: %s", name, exc)
 
+    def _after_transaction(self, clean: Callable[[str], None], name: str) -> bool:
+        """Inside a transaction the user began, a clean-up waits for its end (True): a view unregistered or a
+        temporary table dropped there came back with a ROLLBACK, and nothing would drop it again."""
+        if not self.user_transaction:
+            return False
+        self._after_txn.append((clean, name))
+        return True
+
+    def transaction_ended(self) -> None:
+        """Looks whether the user's transaction is open (the session calls this after a statement that may
+        begin or end one), and once it is not, runs the clean-ups that waited for its end."""
+        with self._lock:
+            if self.closed:
+                return
+            self.user_transaction = catalog.in_transaction(self.con)
+            if not self.user_transaction:
+                waiting, self._after_txn = self._after_txn, []
+                for clean, name in waiting:
+                    clean(name)
+
     def drop(self, name: str) -> None:
         """Drops a temporary table (finalizers call this, on any thread: ``locking``)."""
         self._lock.run_or_queue(self._drop_held, name)
@@ -383,7 +408,7 @@ class DuckDBExecutor:
     def _drop_held(self, name: str) -> None:
         """``drop`` for a caller that holds the lock, or runs for one that does and waits for it (a long
         run's worker thread: taking the lock there would wait forever)."""
-        if self.closed:
+        if self.closed or self._after_transaction(self._drop_held, name):
             return
         drop = exp.Drop(tables=[exp.Table(this=sqlgen.ident(name))], kind="TABLE", exists=True)
         try:
@@ -408,9 +433,9 @@ class DuckDBExecutor:
             name = f"_ts_tmp_{next(_ids)}"
         st = self._statement(plan)
         with self._lock:
-            self._bind(st, plan, bindings)
             what = "materialize" if temporary else f"save {name!r}"
             try:
+                self._bind(st, plan, bindings)
                 props = exp.Properties(expressions=[exp.TemporaryProperty()]) if temporary else None
 
                 def create(query: exp.Query) -> exp.Create:
@@ -597,8 +622,8 @@ class DuckDBExecutor:
         text = self.text(plan, pretty=False)
         small = math.prod(plan.root.shape) * DTYPES[plan.root.dtype].itemsize <= SMALL_RESULT_BYTES
         with self._lock:
-            self._bind(st, plan, bindings)
             try:
+                self._bind(st, plan, bindings)
                 if st.staged:
                     with self._staged(st, plan) as run:
                         return self._run(st, lambda: run.arrow(plan.tra, _arrow_batch_rows(plan)))
@@ -653,8 +678,8 @@ class DuckDBExecutor:
             sink = st.sink_slot
             if not st.sinkable or sink is None:
                 return False
-            self._bind(st, plan, bindings)
             try:
+                self._bind(st, plan, bindings)
                 try:
                     sink.set(out, writable=True)
                 except ValueError:  # an array the kernels cannot hold: the caller goes through Arrow
@@ -888,7 +913,10 @@ class DuckDBExecutor:
             if view is not None:
                 if st.prepared is not None:  # a prepared plan may hold the old view's scan: never reuse it
                     self._forget_prepared(st)
-                self.con.register(view, arrow.split(arr, plan.block_shape(op), op.dtype, copy=False))
+                try:
+                    self.con.register(view, arrow.split(arr, plan.block_shape(op), op.dtype, copy=False))
+                except duckdb.Error as exc:  # an open result of the user's on the connection, an aborted txn
+                    raise wrap(exc, f"einsum: operand {op.name!r}") from exc
             else:
                 st.slots[k].set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))  # type: ignore[union-attr]
             st.bound[k] = arr
