@@ -390,3 +390,28 @@ def test_a_collection_on_the_long_run_worker_does_not_deadlock(monkeypatch):
     t.join(120)
     assert not t.is_alive(), "a collection on the worker thread hung the query"
     assert outcome and outcome[0][0] < 1e-9 * 2000 and outcome[0][1] == []
+
+
+def test_close_while_another_thread_reads_a_sql_relation(tmp_path):
+    """DuckDB refuses to close a connection another thread reads a result from: the session said it was
+    closed and kept the database file locked, with no way to close it again (found by a probe). The read is
+    interrupted and the connection closed."""
+    db = str(tmp_path / "busy.duckdb")
+    s = ts.connect(db, threads=2)
+    rel = s.sql("SELECT count(*) FROM range(100000000) t(a), range(3) u(b) WHERE hash(a + b) % 7 = 1")
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            rel.fetchall()
+        except BaseException as exc:  # interrupted by the close (or it finished first)
+            failed.append(exc)
+
+    t = threading.Thread(target=read)
+    t.start()
+    time.sleep(0.2)
+    s.close()
+    t.join(30)
+    assert not t.is_alive() and s.closed
+    with ts.connect(db, read_only=True) as again:  # the file is free
+        assert again.tables() == []

@@ -711,3 +711,33 @@ def test_transformer_block_trains_and_saves(s):
     np.testing.assert_allclose(back.forward(x).numpy(), block.forward(x).numpy(), rtol=1e-12)
     with pytest.raises(ts.ConfigError, match="model=8 is not a multiple of heads=3"):
         ml.TransformerBlock(s, 8, 3, 16)
+
+
+def test_closing_the_session_while_the_next_epoch_is_sorted(separable, monkeypatch):
+    """DuckDB refuses to close a connection whose cursor runs a query: close() raised DuckDB's
+    ResourceInUseException while a fit sorted its next epoch (found by a probe). The sort is interrupted."""
+    from sqlglot import exp
+
+    monkeypatch.setattr(train, "GATHER_SPLIT_BYTES", 1)
+    x, y = separable
+    real = train._Cached._sort
+
+    def endless(self, seed, epoch, cursor):
+        if cursor is not None:
+            cursor.sql("SELECT sum(range) FROM range(1000000000000000)").fetchall()
+        return real(self, seed, epoch, cursor)
+
+    monkeypatch.setattr(train._Cached, "_sort", endless)
+    s2 = ts.connect(threads=2)
+    table(s2, "points", {**{f"f{i}": x[:, i] for i in range(4)}, "label": y})
+    model = ml.LogisticRegression(s2, 4, dtype="float64")
+    rows = train._Cached(s2.local_executor, exp.select(exp.Star()).from_("points"), ["f0", "f1", "f2", "f3"],
+                         "label", model, len(y), 300)  # fmt: skip
+    batches = rows.epoch(0, 0, then=1)
+    next(batches)
+    time.sleep(0.05)
+    s2.close()
+    assert s2.closed
+    rows.close()
+    names = [t.name for t in threading.enumerate()]
+    assert not [n for n in names if n.startswith(("tensorsql-gather", "tensorsql-shuffle"))]

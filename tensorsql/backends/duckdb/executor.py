@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import sys
+import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -203,6 +204,8 @@ class DuckDBExecutor:
         #: while a result is streamed from the connection (``read_batches``), the clean-ups finalizers ask
         #: for (garbage collected in the consumer, same thread) wait: the connection takes no other query then
         self._streaming = 0
+        #: the connections ``cursor()`` handed out (closed with this one)
+        self._cursors: weakref.WeakSet[duckdb.DuckDBPyConnection] = weakref.WeakSet()
         #: inside a transaction the user began (``transaction_ended``): clean-ups wait for its end
         self.user_transaction = False
         self._after_txn: list[tuple[Callable[[str], None], str]] = []
@@ -303,11 +306,23 @@ class DuckDBExecutor:
         return name
 
     def close(self) -> None:
+        """Closes the connection (and the lane, and the cursors handed out). DuckDB refuses to close one
+        whose cursor runs a query, or that another thread reads a result from (an ``s.sql`` relation): those
+        are interrupted first, and a close still refused after a few tries is a typed error, the session
+        still open (closed, it had kept the database file locked with no way to close it again)."""
         with self._lock:
+            if self.closed:
+                return
+            for cur in list(self._cursors):
+                _close_interrupting(cur)
+            try:
+                _close_interrupting(self.con)
+            except duckdb.Error as exc:
+                raise wrap(exc, "close") from exc
             self.closed = True
             if isinstance(self._lane, duckdb.DuckDBPyConnection):
-                self._lane.close()
-            self.con.close()
+                with contextlib.suppress(duckdb.Error):
+                    self._lane.close()
 
     def _lane_con(self) -> duckdb.DuckDBPyConnection | None:
         """The lane (made on first use); None when it cannot be made (the statement then runs here)."""
@@ -562,9 +577,11 @@ class DuckDBExecutor:
         (its own registered views; DuckDB runs connections of one database at once). The caller closes it."""
         with self._lock:
             try:
-                return self.con.cursor()
+                cur = self.con.cursor()
             except duckdb.Error as exc:
                 raise wrap(exc, "to_rows") from exc
+            self._cursors.add(cur)
+            return cur
 
     def unregister_view(self, name: str) -> None:
         """Unregisters a view registered for one statement, a failure logged: raised in a ``finally``, it
@@ -1037,6 +1054,21 @@ def _unregister(executor_ref: weakref.ref, names: list[str]) -> None:
         return
     for name in names:
         ex.release(name)
+
+
+def _close_interrupting(con: duckdb.DuckDBPyConnection, tries: int = 8) -> None:
+    """``con.close()``; when DuckDB refuses (a query of another thread's runs on it), that query is
+    interrupted and the close tried again, waiting up to ~2.5 s in all; the last refusal is raised."""
+    for attempt in range(tries):
+        try:
+            con.close()
+            return
+        except duckdb.Error:
+            if attempt == tries - 1:
+                raise
+            with contextlib.suppress(duckdb.Error):
+                con.interrupt()
+            time.sleep(0.01 * 2**attempt)
 
 
 def _with_arrow(
