@@ -132,29 +132,30 @@ class Session:
                 f"execute takes SQL text (a str) or a sqlglot expression, got {type(query).__name__}"
             )
         self._refuse_shadows(query)
-        try:
+
+        def run() -> list[tuple]:
             return self.executor.query(query, str(what))  # type: ignore[attr-defined]
+
+        try:
+            return self._user_statement(query, run)
         finally:
             self._catalog_gen += 1  # any statement may have changed a tensor table (a ROLLBACK of a save)
-            self._transaction_statement(query)
 
-    def _transaction_statement(self, query: str | exp.Expression) -> None:
-        """After a statement that may begin or end the user's transaction: the executor looks (its
-        clean-ups wait for the end of one)."""
-        text = query if isinstance(query, str) else query.sql(dialect="duckdb")
-        look = getattr(self.local_executor, "transaction_ended", None)
-        if look is not None and _TRANSACTION_WORDS.search(text):
-            look()
+    def _user_statement(self, query: str | exp.Expression, run: Callable[[], Any]) -> Any:
+        """``run()`` through the executor's ``user_statement`` where it has one: its clean-ups wait for the
+        end of a transaction the statement begins."""
+        guard = getattr(self.local_executor, "user_statement", None)
+        return guard(query, run) if guard is not None else run()
 
     def _refuse_shadows(self, query: str | exp.Expression) -> None:
         """A temporary table or view of a tensor's name is refused here too, as in ``sql``: every read of
         the tensor would read it instead (an empty one: a tensor of zeros). Other statements run as given."""
         if isinstance(query, str):
-            if "temp" not in query.lower():  # no CREATE TEMP[ORARY] nor temp.X: nothing to parse
+            if not _TEMP_WORD.search(query):  # no CREATE TEMP[ORARY] nor temp.X: nothing to parse
                 return
             try:
                 statements = sqlglot.parse(query, read="duckdb")
-            except sqlglot.errors.SqlglotError:
+            except (sqlglot.errors.SqlglotError, RecursionError):
                 return  # DuckDB's own syntax sqlglot cannot read: DuckDB runs it or says why
         else:
             statements = [query]
@@ -214,9 +215,7 @@ class Session:
                 "that go with this statement; save the tensor first (CREATE TABLE t AS SELECT * FROM ...)"
             )
         own = rw.original  # the statement's own text when it had nothing to rewrite
-        out = relation(own if own is not None else statement, "sql")
-        if isinstance(statement, exp.Transaction | exp.Commit | exp.Rollback | exp.Command):
-            self._transaction_statement(query)
+        out = self._user_statement(query, lambda: relation(own if own is not None else statement, "sql"))
         if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
             self._sql_kept[out] = rw.made
         return out
@@ -1151,16 +1150,17 @@ def shared_steps(roots: Sequence[E.Node]) -> list[E.Node]:
     return [n for n in order if uses.get(n, 0) >= 2 and E.children(n)]
 
 
-#: words of the statements that begin or end a transaction
-_TRANSACTION_WORDS = re.compile(r"\b(begin|start|commit|rollback|abort|end)\b", re.IGNORECASE)
+#: the word that makes a table temporary (CREATE TEMP[ORARY] ..., temp.X)
+_TEMP_WORD = re.compile(r"\btemp(orary)?\b", re.IGNORECASE)
 
 
 def _shape(shape: object, what: str) -> tuple[int, ...]:
     """A user's shape as a tuple of non-negative ints, or a ShapeError naming the call."""
     try:
-        if any(isinstance(n, bool | np.bool_) for n in shape):  # type: ignore[attr-defined]
+        given = tuple(shape)  # type: ignore[call-overload]  # once: a generator would be empty the next time
+        if any(isinstance(n, bool | np.bool_) for n in given):
             raise TypeError("a bool is not a size")
-        shp = tuple(operator.index(n) for n in shape)  # type: ignore[attr-defined]
+        shp = tuple(operator.index(n) for n in given)
     except TypeError as exc:
         raise ShapeError(f"{what}: shape={shape!r} is not a sequence of ints") from exc
     if any(n < 0 for n in shp):

@@ -483,3 +483,11 @@ def test_more_blocks_along_a_dimension_than_an_integer_key_holds():
     match = "more than the 2147483647 a dimension may have"
     with ts.connect() as s, pytest.raises(ts.ShapeError, match=match):
         s.from_sql("SELECT 0, 1.0", (2**40,), block_shape=(1,))
+
+
+def test_sizes_given_as_generators():
+    """Read once: the bool check had consumed a generator, which then gave no sizes (found by review)."""
+    with ts.connect() as s:
+        assert s.from_numpy(np.ones((4, 6)), block_shape=(b for b in (2, 3))).block_shape == (2, 3)
+        assert s.from_numpy(np.ones((4, 6)), blocks=iter((2, 1))).block_shape == (2, 6)
+        assert s.from_sql("SELECT 0, 1.0", (n for n in (4,))).shape == (4,)

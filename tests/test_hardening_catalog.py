@@ -511,9 +511,18 @@ def test_sql_literals_refuse_anything_but_str_int_float():
 
 
 @pytest.mark.parametrize(
-    ("run", "end"), [("execute", "ROLLBACK"), ("sql", "ROLLBACK"), ("execute", "COMMIT")]
+    ("run", "begin", "end"),
+    [
+        ("execute", "BEGIN TRANSACTION", "ROLLBACK"),
+        ("sql", "BEGIN TRANSACTION", "ROLLBACK"),
+        ("execute", "BEGIN TRANSACTION", "COMMIT"),
+        ("sql", "START TRANSACTION", "ROLLBACK"),  # sqlglot reads these four as a column or an alias
+        ("sql", "BEGIN", "END"),
+        ("sql", "BEGIN", "ABORT"),
+        ("execute", "SELECT 1; BEGIN", "END TRANSACTION"),
+    ],
 )
-def test_clean_ups_inside_the_users_transaction_wait_for_its_end(run, end):
+def test_clean_ups_inside_the_users_transaction_wait_for_its_end(run, begin, end):
     """Views unregistered and temporary tables dropped inside the user's transaction came back with its
     ROLLBACK, and nothing dropped them again (found by a probe): they wait for the transaction's end."""
     import gc
@@ -530,9 +539,42 @@ def test_clean_ups_inside_the_users_transaction_wait_for_its_end(run, end):
         rels = [s.from_numpy(np.ones((30, 30)) * i) for i in range(3)]
         kept = [(r @ r).materialize() for r in rels]
         assert ours() == (3, 3)
-        go("BEGIN TRANSACTION")
+        go(begin)
         del rels, kept
         gc.collect()
         assert ours() == (3, 3)  # waiting for the end of the user's transaction
         go(end)
         assert ours() == (0, 0)
+
+
+def test_a_clean_up_inside_tensorsqls_own_transaction_waits_for_its_end():
+    """A relation collected while a save's transaction is open (a collection on any allocation) dropped its
+    view and table inside it, and the save's ROLLBACK brought them back (found by review): clean-ups wait
+    for the outermost release of the lock."""
+    with ts.connect() as s:
+        ex = s.executor
+
+        class Holder:
+            pass
+
+        h = Holder()
+        h.me, h.rel = h, s.from_numpy(np.ones((30, 30)))
+        h.kept = (h.rel @ h.rel).materialize()
+        del h
+        keep = s.from_numpy(np.ones((4, 4)))
+        real = ex.catalog.put
+
+        def put(entry):
+            gc.collect()
+            raise RuntimeError("the save fails after the collection")
+
+        ex.catalog.put = put
+        try:
+            with pytest.raises(RuntimeError, match="fails after the collection"):
+                keep.save("t")
+        finally:
+            ex.catalog.put = real
+        mine = "temporary AND {}_name LIKE '_ts_%'"
+        views = s.execute(f"SELECT count(*) FROM duckdb_views() WHERE {mine.format('view')}")
+        tables = s.execute(f"SELECT count(*) FROM duckdb_tables() WHERE {mine.format('table')}")
+        assert (views[0][0], tables[0][0]) == (1, 0)  # keep's view alone

@@ -70,9 +70,10 @@ def resolve_block_shape(
     given = block_shape if block_shape is not None else blocks
     kind = "block_shape" if block_shape is not None else "blocks"
     try:
-        if any(isinstance(v, bool | np.bool_) for v in given):  # type: ignore[union-attr]
+        given = tuple(given)  # type: ignore[arg-type]  # once: a generator would be empty the next time
+        if any(isinstance(v, bool | np.bool_) for v in given):
             raise TypeError("a bool is not a size")
-        vals = tuple(operator.index(v) for v in given)  # type: ignore[union-attr]
+        vals = tuple(operator.index(v) for v in given)
     except TypeError as exc:
         raise ShapeError(f"{what}: {kind}={given!r} is not a sequence of ints") from exc
     if len(vals) != len(shape):

@@ -10,6 +10,7 @@ the last saved epoch and ends with the weights of an uninterrupted run.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
@@ -446,7 +447,8 @@ class _Cached(_Rows):
     def close(self) -> None:
         ahead, self.next = self.next, None
         while ahead is not None and not ahead[1].done():  # an order no epoch will read (a run cut short)
-            self.cursor.interrupt()  # type: ignore[union-attr]  # (again: the sort may not have begun yet)
+            with contextlib.suppress(Exception):  # a cursor the session's close() closed meanwhile
+                self.cursor.interrupt()  # type: ignore[union-attr]  # (again: the sort may not have begun yet)
             wait([ahead[1]], timeout=0.01)
         for pool in (self.pool, self.shuffler):
             if pool is not None:

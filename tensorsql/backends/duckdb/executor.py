@@ -26,6 +26,7 @@ import itertools
 import logging
 import math
 import os
+import re
 import sys
 import time
 import weakref
@@ -306,16 +307,17 @@ class DuckDBExecutor:
         return name
 
     def close(self) -> None:
-        """Closes the connection (and the lane, and the cursors handed out). DuckDB refuses to close one
-        whose cursor runs a query, or that another thread reads a result from (an ``s.sql`` relation): those
-        are interrupted first, and a close still refused after a few tries is a typed error, the session
-        still open (closed, it had kept the database file locked with no way to close it again)."""
+        """Closes the connection (and the lane, and the cursors handed out), after any tensorsql call that
+        holds the lock on another thread. DuckDB refuses to close a connection whose cursor runs a query, or
+        that another thread reads a result from outside tensorsql's calls (an ``s.sql`` relation): those are
+        interrupted, and a close still refused after a few tries is a typed error, the session still open
+        (closed, it had kept the database file locked with no way to close it again)."""
         with self._lock:
             if self.closed:
                 return
-            for cur in list(self._cursors):
-                _close_interrupting(cur)
             try:
+                for cur in list(self._cursors):
+                    _close_interrupting(cur)
                 _close_interrupting(self.con)
             except duckdb.Error as exc:
                 raise wrap(exc, "close") from exc
@@ -403,6 +405,20 @@ class DuckDBExecutor:
             return False
         self._after_txn.append((clean, name))
         return True
+
+    def user_statement(self, statement: str | exp.Expression, run: Callable[[], _T]) -> _T:
+        """``run()``, a user's statement; when it may begin or end a transaction, then looks which, holding
+        the lock throughout: a clean-up run between (at the lock's release) would be inside a transaction
+        just begun, and a ROLLBACK would take it back."""
+        with self._lock:
+            try:
+                return run()
+            finally:
+                text = statement if isinstance(statement, str) else ""
+                if isinstance(statement, exp.Transaction | exp.Commit | exp.Rollback | exp.Command):
+                    text = statement.sql(dialect="duckdb")
+                if _TRANSACTION_WORDS.search(text):
+                    self.transaction_ended()
 
     def transaction_ended(self) -> None:
         """Looks whether the user's transaction is open (the session calls this after a statement that may
@@ -606,9 +622,11 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, "to_rows") from exc
             finally:  # a consumer that raises leaves the result open: the connection would refuse the next
-                if reader is not None:
-                    reader.close()
-                self._streaming -= 1  # the clean-ups the consumer's collections queued run as the lock goes
+                try:
+                    if reader is not None:
+                        reader.close()
+                finally:
+                    self._streaming -= 1  # what the consumer's collections queued runs as the lock goes
 
     def text(self, plan: Plan, pretty: bool = True) -> str:
         """The SQL text of the plan (array operands as the views or slots this executor binds them to)."""
@@ -1056,6 +1074,10 @@ def _unregister(executor_ref: weakref.ref, names: list[str]) -> None:
         ex.release(name)
 
 
+#: a statement that begins or ends a transaction starts with one of these (or one after a ';' does)
+_TRANSACTION_WORDS = re.compile(r"(^|;)\s*(begin|start|commit|rollback|abort|end)\b", re.IGNORECASE)
+
+
 def _close_interrupting(con: duckdb.DuckDBPyConnection, tries: int = 8) -> None:
     """``con.close()``; when DuckDB refuses (a query of another thread's runs on it), that query is
     interrupted and the close tried again, waiting up to ~2.5 s in all; the last refusal is raised."""
@@ -1099,7 +1121,7 @@ def _deallocate(executor_ref: weakref.ref, name: str, lane: bool = False) -> Non
 
     def deallocate(name: str) -> None:
         con = ex._lane_con() if lane else ex.con
-        if ex.closed or con is None:
+        if ex.closed or con is None or (not lane and ex._after_transaction(deallocate, name)):
             return
         try:
             con.execute(statements.deallocate(name)).fetchall()

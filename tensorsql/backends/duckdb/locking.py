@@ -4,7 +4,7 @@ A relation's view, a temporary table or a prepared statement is dropped by a fin
 its owner, and a collection runs on whatever thread happens to allocate: also on a long query's worker
 thread (``longrun``), while the caller holds the lock and waits for that worker. A finalizer that waited for
 the lock there would wait forever, and Ctrl-C could not end it. So a clean-up takes the lock only when it is
-free or already this thread's; otherwise it is queued, and the thread holding the lock runs the queue as it
+free, as its outermost holder; otherwise it is queued, and the thread holding the lock runs the queue as it
 lets go of its outermost hold (with the lock still held, so no statement runs between).
 """
 
@@ -36,12 +36,15 @@ class ConnectionLock:
         return got
 
     def release(self) -> None:
+        outermost = self._depth == 1
         try:
-            if self._depth == 1:
+            if outermost:
                 self.run_queued()
         finally:
             self._depth -= 1
             self._lock.release()
+        if outermost and self._queue and self._ready() and self.acquire(blocking=False):
+            self.release()  # queued after this thread looked, by one that could not take the lock then
 
     def __enter__(self) -> ConnectionLock:
         self.acquire()
@@ -64,19 +67,12 @@ class ConnectionLock:
             clean(name)
 
     def run_or_queue(self, clean: Callable[[str], None], name: str) -> None:
-        """``clean(name)`` with the lock held: now when the lock is free or this thread's and clean-ups may
-        run, else queued (never waits for another thread's hold)."""
-        if not self.acquire(blocking=False):
-            self.later(clean, name)
-            if self.acquire(blocking=False):  # the holder let go meanwhile, perhaps before it saw the queue
-                self.release()
-            return
-        try:
-            if self._ready():
-                clean(name)
-            else:
-                self.later(clean, name)
-        finally:
+        """``clean(name)`` with the lock held, by the outermost release of it: now when the lock is free;
+        later when another thread holds it (never waiting for that thread), or when this one does (it may be
+        inside a statement or a transaction of tensorsql's, which a ROLLBACK would take the clean-up back
+        with)."""
+        self.later(clean, name)
+        if self.acquire(blocking=False):
             self.release()
 
 
