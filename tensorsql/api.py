@@ -11,7 +11,7 @@ from collections.abc import Callable, Hashable, Sequence
 import numpy as np
 import opt_einsum
 
-from tensorsql import autodiff
+from tensorsql import autodiff, operators
 from tensorsql.backends.base import Executor
 from tensorsql.compile import planning
 from tensorsql.compile.cache import Entry, hashable
@@ -702,8 +702,9 @@ def _over(x: object, over: int | Sequence[int], what: str) -> tuple[TensorRelati
         raise ShapeError(f"{what}: over={over!r} must name distinct axes of shape {rel.shape}")
     letters = "abcdefghijklmnopqrstuvwxyz"[:ndim]
     keep = "".join(c for i, c in enumerate(letters) if i not in norm)
-    if rel.dtype.kind in "iu":
-        rel = s.map(rel, "scale", 1.0)  # promotes to float64
+    if rel.dtype.kind in "iub":  # X - max(X) in floats, as for an array: in int8 it wrapped (a scale by 1.0
+        # kept the int)
+        rel = operators.astype(rel, np.result_type(rel.dtype, np.float32))
     return rel, letters, keep
 
 

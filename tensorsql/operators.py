@@ -191,15 +191,15 @@ def mean(
     x: TensorRelation, axis: object, *, dtype: object = None, out: object = None, keepdims: object = False
 ) -> TensorRelation:
     axes = _axes(x, axis, "mean")
-    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1
-    if count == 0:
-        raise ShapeError(f"mean: the axes {axes} of shape {x.shape} hold no elements")
+    count = int(np.prod([x.shape[a] for a in axes])) if axes else 1  # none: NaN (0 / 0), as numpy's
     if dtype is None and x.dtype.kind not in "fc":
         dtype = "float64"
     total = reduce(x, axis, "sum", "mean", dtype=dtype, out=out, keepdims=keepdims)
+    # divided by the count, as numpy does (times 1/count was an ulp off: mean(ones(49)) 0.9999999999999999,
+    # truncated to 0 with an integer dtype)
     if total.dtype.kind in "iu":  # numpy: the sum in that integer dtype, divided, cast back (truncated)
-        return astype(x.session.map(astype(total, "float64"), "scale", 1.0 / count), total.dtype)
-    return x.session.map(total, "scale", 1.0 / count)
+        return astype(binary(astype(total, "float64"), count, "divide", "mean"), total.dtype)
+    return binary(total, count, "divide", "mean")
 
 
 def transpose(x: TensorRelation) -> TensorRelation:
@@ -227,10 +227,17 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real):
         raise OperatorError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
     floats = x.dtype.kind in "fc"  # numpy's sqrt and reciprocal fast paths are a float array's
-    if x.dtype.kind in "iu" and isinstance(exponent, float | np.floating):
-        # numpy's promotion: an integer array to a float power is a float (int8 ** 2.0 is 10000.0, not a
-        # wrapped int8); a Python float is float64, a numpy float scalar its own kind
-        x = astype(x, np.result_type(x.dtype, exponent) if isinstance(exponent, np.floating) else "float64")
+    # numpy 2's promotion: a numpy scalar's dtype counts in full (int8 ** np.int64(3) is int64, float32 **
+    # np.float64(3) float64); a Python number is weak, except that an integer array to a Python float power
+    # is float64 (int8 ** 2.0 is 10000.0, not a wrapped int8)
+    if isinstance(exponent, np.generic):
+        want = np.result_type(x.dtype, exponent.dtype)
+    elif x.dtype.kind in "iu" and isinstance(exponent, float):
+        want = np.dtype("float64")
+    else:
+        want = x.dtype
+    if want != x.dtype:
+        x = astype(x, want)
     e = float(exponent)
     if e == 1.0:
         return x

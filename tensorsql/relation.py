@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from sqlglot import exp
 from tensorsql import operators
 from tensorsql.backends import arrow
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError
+from tensorsql.errors import ConfigError, OperatorError, ShapeError
 from tensorsql.ir import blocking
 from tensorsql.ir import expr as E
 
@@ -283,26 +284,51 @@ class TensorRelation:
     def T(self) -> TensorRelation:
         return operators.transpose(self)
 
-    # numpy's reductions (np.sum(rel), np.mean(rel), ...) call these with dtype=, out=, keepdims=
+    # numpy's reductions (np.sum(rel), np.mean(rel), ...) call these with dtype=, out=, keepdims= (and
+    # initial=, where= when given: refused, typed)
     def sum(
-        self, axis: object = None, dtype: object = None, out: object = None, keepdims: object = False
+        self,
+        axis: object = None,
+        dtype: object = None,
+        out: object = None,
+        keepdims: object = False,
+        **rest: object,
     ) -> TensorRelation:
+        _unsupported("sum", rest)
         return operators.reduce(self, axis, "sum", "sum", dtype=dtype, out=out, keepdims=keepdims)
 
-    def max(self, axis: object = None, out: object = None, keepdims: object = False) -> TensorRelation:
+    def max(
+        self, axis: object = None, out: object = None, keepdims: object = False, **rest: object
+    ) -> TensorRelation:
+        _unsupported("max", rest)
         return operators.reduce(self, axis, "max", "max", out=out, keepdims=keepdims)
 
-    def min(self, axis: object = None, out: object = None, keepdims: object = False) -> TensorRelation:
+    def min(
+        self, axis: object = None, out: object = None, keepdims: object = False, **rest: object
+    ) -> TensorRelation:
+        _unsupported("min", rest)
         return operators.reduce(self, axis, "min", "min", out=out, keepdims=keepdims)
 
     def prod(
-        self, axis: object = None, dtype: object = None, out: object = None, keepdims: object = False
+        self,
+        axis: object = None,
+        dtype: object = None,
+        out: object = None,
+        keepdims: object = False,
+        **rest: object,
     ) -> TensorRelation:
+        _unsupported("prod", rest)
         return operators.reduce(self, axis, "prod", "prod", dtype=dtype, out=out, keepdims=keepdims)
 
     def mean(
-        self, axis: object = None, dtype: object = None, out: object = None, keepdims: object = False
+        self,
+        axis: object = None,
+        dtype: object = None,
+        out: object = None,
+        keepdims: object = False,
+        **rest: object,
     ) -> TensorRelation:
+        _unsupported("mean", rest)
         return operators.mean(self, axis, dtype=dtype, out=out, keepdims=keepdims)
 
     def astype(self, dtype: object) -> TensorRelation:
@@ -312,6 +338,28 @@ class TensorRelation:
         """numpy basic indexing (ints, slices with any step, ``...``): a lazy relation of those elements, a
         slice in SQL that reads (or computes) only the blocks holding them."""
         return operators.getitem(self, key)
+
+    def _item(self, what: str) -> object:
+        """The value of a relation of one element (computed), as numpy converts an array of one element;
+        any other size is a ShapeError (a ValueError, as numpy's)."""
+        if math.prod(self.shape) != 1:
+            raise ShapeError(
+                f"{what} of a relation of shape {self.shape}: only one element converts to a Python scalar "
+                "(the truth value of several is ambiguous: use .any() or .all() on the array)"
+            )
+        return self.numpy().reshape(()).item()
+
+    def __bool__(self) -> bool:  # numpy's: by value, never by length (``if rel > 100`` was always taken)
+        return bool(self._item("bool()"))
+
+    def __float__(self) -> float:
+        return float(self._item("float()"))  # type: ignore[arg-type]
+
+    def __int__(self) -> int:
+        return int(self._item("int()"))  # type: ignore[call-overload]
+
+    def __complex__(self) -> complex:
+        return complex(self._item("complex()"))  # type: ignore[arg-type]
 
     def __len__(self) -> int:
         if self.ndim == 0:
@@ -332,3 +380,13 @@ class TensorRelation:
         if self.ndim == 0:
             return self.numpy()
         return self[:n].numpy()
+
+
+def _unsupported(what: str, rest: dict[str, object]) -> None:
+    """numpy's reduction arguments a relation does not take (``initial=``, ``where=``): an OperatorError."""
+    if rest:
+        names = ", ".join(f"{k}=" for k in rest)
+        raise OperatorError(
+            f"{what}: {names} is not supported on a relation (numpy's {names}); compute the array first "
+            "(rel.numpy()), or mask the relation with an element-wise product"
+        )

@@ -1005,6 +1005,8 @@ class Compiled:
                 raise ShapeError(f"compile: input {i} must be a placeholder (Session.placeholder)")
             if rel.session is not session:
                 raise ShapeError(f"compile: input {i} belongs to another session")
+            if any(rel.node is leaf for leaf in self._leaves):  # the last array given would silently win
+                raise ShapeError(f"compile: input {i} is input {self._leaves.index(rel.node)} again")
             self._leaves.append(rel.node)
         self._session = session
         self._plans: list[Plan] = []
@@ -1214,8 +1216,9 @@ __all__ = ["Compiled", "Session", "TensorSQLError", "as_array"]
 def _kept(before: np.ndarray, after: np.ndarray) -> bool:
     """Whether a narrowing cast kept every value: integers exactly, floats without overflowing to
     infinity (rounding to the narrower float is the cast's point)."""
-    if after.dtype.kind in "iu":
-        return bool(np.array_equal(after.astype(before.dtype), before))
+    if after.dtype.kind in "iu":  # compared as values (numpy's mixed-sign comparisons are exact): a round
+        # trip through the cast could not see uint8 200 wrapped to int8 -56, of the same width
+        return bool(np.array_equal(after, before))
     with np.errstate(invalid="ignore"):
         return not bool(np.any(np.isinf(after) & np.isfinite(before)))
 

@@ -43,5 +43,5 @@ MAP_REF = {
     "reciprocal": lambda x, p: np.true_divide(1, x),
     "sigmoid": lambda x, p: _sigmoid(x),
     "tanh": lambda x, p: np.tanh(x),
-    "softplus": lambda x, p: np.logaddexp(0, x),
+    "softplus": lambda x, p: np.logaddexp(np.zeros((), x.dtype), x),  # bool -> float16, as exp
 }

@@ -480,3 +480,93 @@ def test_integer_relations_compared_with_ints_beyond_their_dtype(s):
     with pytest.raises(ts.RangeError):
         R + 300  # numpy raises OverflowError for arithmetic
 
+
+
+# ---- numeric semantics against numpy (found by a probe) --------------------------------------------------
+def test_softmax_of_an_integer_relation_is_the_arrays(s):
+    """X - max(X) ran in the relation's integer dtype (a scale by 1.0 kept int8): uint8 [3, 5] gave
+    [nan, 0]."""
+    for x in (np.array([[3, 5]], np.uint8), np.array([[-100, 100], [1, 2]], np.int8), np.array([[7, 9]])):
+        for f in (ts.softmax, ts.log_softmax):
+            got, want = f(s.from_numpy(x)).numpy(), f(x)
+            assert got.dtype == want.dtype == np.result_type(x.dtype, np.float32)
+            np.testing.assert_allclose(got, want, rtol=1e-6)
+    z = np.array([[3.0, 5.0]])
+    np.testing.assert_allclose(ts.softmax(s.from_numpy(np.array([[3, 5]], np.uint8))).numpy(),
+                               np.exp(z) / np.exp(z).sum(), rtol=1e-6)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("x", "e"),
+    [
+        (np.array([7, 100, -3], np.int8), np.int64(3)),
+        (np.array([200, 3], np.uint8), np.int8(2)),
+        (np.array([1.5, 2.0], np.float32), np.float64(3.0)),
+        (np.array([2, 3], np.int16), np.float32(0.5)),
+        (np.array([2, 3], np.int8), 3),
+        (np.array([2, 3], np.int8), 2.0),
+    ],
+)
+def test_power_by_a_numpy_scalar_promotes_as_numpy(s, x, e):
+    """numpy 2: a numpy scalar's dtype counts in full (int8 ** np.int64(3) is int64; it wrapped in int8)."""
+    want = x**e
+    for got in ((s.from_numpy(x) ** e).numpy(), np.power(s.from_numpy(x), e).numpy()):
+        assert got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_mean_divides_by_the_count(s):
+    """Times 1/count was an ulp off (mean(ones(49)) 0.9999999999999999), and truncated to 0 in int dtypes."""
+    assert float(s.from_numpy(np.ones(49)).mean()) == 1.0
+    assert float(s.from_numpy(np.full(3, 0.3)).mean()) == np.full(3, 0.3).mean()
+    x = np.ones((4, 49), np.int32)
+    np.testing.assert_array_equal(np.mean(s.from_numpy(x), axis=1, dtype=np.int32).numpy(), [1, 1, 1, 1])
+    e = np.zeros((0, 3))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(s.from_numpy(e).mean(axis=0).numpy(), [np.nan] * 3)  # numpy's NaN
+
+
+def test_small_numeric_cases(s):
+    # bool ** -1 is an integer to a negative power: float64, as int8's (it was an int64 of garbage)
+    got = ts.pow(np.array([True, False, True]), -1)
+    assert got.dtype == np.float64 and got.tolist() == [1.0, np.inf, 1.0]
+    # a scale by -0.0 keeps its sign (DuckDB read the literal -0.0 as a DECIMAL: +0); cached apart from 0.0
+    for factor, want in ((-0.0, [-0.0, 0.0, -0.0]), (0.0, [0.0, -0.0, 0.0]), (-0.0, [-0.0, 0.0, -0.0])):
+        got = ts.scale(np.array([1.0, -2.0, 0.0]), factor)
+        assert np.signbit(got).tolist() == np.signbit(want).tolist()
+    # softplus of a bool is float16, as exp's (a Python 0 in its numpy form made it float64)
+    assert ts.softplus(np.array([True, False])).dtype == np.float16
+
+
+def test_truth_and_scalar_conversions_are_by_value(s):
+    """Truth came from __len__: bool(rel [0.0]) was True and `if rel.max() > 100:` always taken."""
+    assert not s.from_numpy(np.array([0.0]))
+    assert bool(s.from_numpy(np.array(2.0)) > 1) and not bool(s.from_numpy(np.array(2.0)) > 3)
+    assert float(s.from_numpy(np.array([[2.5]]))) == 2.5 and int(s.from_numpy(np.array(7))) == 7
+    assert complex(s.from_numpy(np.array(1.5))) == 1.5
+    for shape in ((2,), (0,)):
+        with pytest.raises(ts.ShapeError, match="truth value of several is ambiguous"):
+            bool(s.from_numpy(np.ones(shape)))
+    with pytest.raises(ValueError):  # numpy's exception class
+        float(s.from_numpy(np.ones(3)))
+
+
+def test_reduction_arguments_a_relation_does_not_take(s):
+    with pytest.raises(ts.OperatorError, match="initial= is not supported"):
+        np.max(s.from_numpy(np.arange(4.0)), initial=5.0)
+    with pytest.raises(ts.OperatorError, match="where= is not supported"):
+        np.sum(s.from_numpy(np.arange(4.0)), where=np.arange(4) > 1)
+
+
+def test_compile_refuses_an_input_twice_and_a_wrapping_integer(s):
+    p = s.placeholder((2,), name="p")
+    with pytest.raises(ts.ShapeError, match="input 1 is input 0 again"):
+        s.compile(p + 1, inputs=[p, p])
+    q = s.placeholder((2,), dtype="int8", name="q")
+    f = s.compile(q.sum(), inputs=[q])
+    assert f(np.array([100, 1], np.uint8)) == 101
+    with pytest.raises(ts.DTypeError, match="int8 cannot hold"):  # uint8 200 is int8 -56: same width
+        f(np.array([200, 1], np.uint8))
+    r = s.placeholder((2,), dtype="int64", name="r")
+    with pytest.raises(ts.DTypeError, match="int64 cannot hold"):  # 2**64 - 1 read as -1
+        s.compile(r * 1, inputs=[r])(np.array([2**64 - 1, 5], np.uint64))

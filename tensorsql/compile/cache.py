@@ -71,7 +71,9 @@ class PlanCache:
 
 def hashable(value: object) -> Hashable | None:
     """``value`` as a cache-key part, or None when it has no stable value (an optimizer object, an array)."""
-    if value is None or isinstance(value, str | int | float | bool):
+    if isinstance(value, float):  # by its text: -0.0 and 0.0 are equal, but a scale by them differs
+        return ("float", repr(value))
+    if value is None or isinstance(value, str | int | bool):
         return (type(value).__name__, value)
     if isinstance(value, list | tuple):
         parts = [hashable(v) for v in value]

@@ -191,7 +191,8 @@ OPS: tuple[Op, ...] = (
         False,
         ALWAYS,
         "log(1 + e^x), without overflow (real dtypes)",
-        numpy=lambda x, p: np.logaddexp(0, x),
+        # 0 of x's own dtype: a Python 0 made a bool x's result float64, where exp's is float16
+        numpy=lambda x, p: np.logaddexp(np.zeros((), x.dtype), x),
     ),
 )
 
@@ -315,7 +316,8 @@ def keeps_zero(fn: str, dtype: str, param: float | None = None) -> bool:
 @functools.lru_cache(maxsize=1024)
 def _numpy_map_dtype(fn: str, dtype: str, p: int | float | None) -> str:
     op = lookup("map", fn)
-    if op.promotes == NEGATIVE_OR_FRACTIONAL_PARAM and isinstance(p, int) and p < 0 and _is_integer(dtype):
+    integral = _is_integer(dtype) or dtype == "bool"  # numpy's bool ** -1 is int8's (refused), not a bool
+    if op.promotes == NEGATIVE_OR_FRACTIONAL_PARAM and isinstance(p, int) and p < 0 and integral:
         return "float64"
     assert op.numpy is not None
     try:

@@ -48,6 +48,9 @@ def lit(value: int | float | str) -> exp.Expression:
     value = int(value) if isinstance(value, int | np.integer) else float(value)
     if isinstance(value, float) and not math.isfinite(value):  # 'nan', 'inf', '-inf': DuckDB's spelling
         return exp.Cast(this=exp.Literal.string(str(value)), to=exp.DataType.build("DOUBLE"))
+    if isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0:
+        # DuckDB reads the number -0.0 as a DECIMAL, which has no negative zero: the text keeps the sign
+        return exp.Cast(this=exp.Literal.string("-0.0"), to=exp.DataType.build("DOUBLE"))
     if isinstance(value, int) and value < 0:
         return exp.Neg(this=exp.Literal.number(-value))
     return exp.Literal.number(value)
