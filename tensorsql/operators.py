@@ -90,7 +90,30 @@ def binary(x: TensorRelation, other: object, join: str, what: str, reflected: bo
     out = _letters(n, what)
     lx, ly = out[n - x.ndim :], out[n - ny :]
     a, b, la, lb = (y, x, ly, lx) if reflected else (x, y, lx, ly)
+    kinds = {np.dtype(a.dtype), np.dtype(b.dtype)}  # type: ignore[attr-defined]
+    if join in _COMPARE and kinds == {np.dtype(np.int64), np.dtype(np.uint64)}:
+        return _signed_unsigned(x, a, b, la, lb, out, join)
     return x.session.einsum(f"{la},{lb}->{out}", a, b, join=join)
+
+
+def _signed_unsigned(
+    x: TensorRelation, a: object, b: object, la: str, lb: str, out: str, join: str
+) -> TensorRelation:
+    """An int64 compared with a uint64, exactly as numpy 2 does (in their common float64, 2**62 + 1 > 2**62
+    was false): where the int64 is negative it lies below every uint64, elsewhere both compare as uint64.
+    The mask is float64, the operands' common dtype, as every comparison's mask is."""
+    s = x.session
+    a, b = (v if hasattr(v, "node") else s.from_numpy(np.asarray(v)) for v in (a, b))
+    first = np.dtype(a.dtype) == np.int64  # type: ignore[attr-defined]
+    signed = a if first else b
+    unsigned_ = [astype(signed, "uint64"), b] if first else [a, astype(signed, "uint64")]
+    masks = astype(s.einsum(f"{la},{lb}->{out}", *unsigned_, join=join), "float64")  # where int64 >= 0
+    below = astype(binary(signed, 0, "less", "<"), "float64")  # 1 where the int64 is negative
+    kept = binary(masks, binary(below, 1.0, "subtract", "-", reflected=True), "multiply", "*")
+    # a negative int64 against any uint64: x < u, x <= u, x != u hold (u > x, u >= x, u != x when it is the
+    # right operand); the others do not
+    holds = {"less", "less_equal", "not_equal"} if first else {"greater", "greater_equal", "not_equal"}
+    return binary(kept, below, "add", "+") if join in holds else kept
 
 
 def _out_of_range(x: TensorRelation, other: object, join: str) -> bool | None:

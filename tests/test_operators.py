@@ -570,3 +570,24 @@ def test_compile_refuses_an_input_twice_and_a_wrapping_integer(s):
     r = s.placeholder((2,), dtype="int64", name="r")
     with pytest.raises(ts.DTypeError, match="int64 cannot hold"):  # 2**64 - 1 read as -1
         s.compile(r * 1, inputs=[r])(np.array([2**64 - 1, 5], np.uint64))
+
+
+def _compare(a, b, op):
+    """The relation's comparison ``op``: its operator, or its method (``==`` is Python's identity)."""
+    if op in ("equal", "not_equal"):
+        return getattr(a, op)(b)
+    return {"gt": a.__gt__, "ge": a.__ge__, "lt": a.__lt__, "le": a.__le__}[op](b)
+
+
+@pytest.mark.parametrize("op", ["gt", "ge", "lt", "le", "equal", "not_equal"])
+def test_int64_against_uint64_compares_exactly(s, op):
+    """numpy 2 compares them exactly; in their common float64, 2**62 + 1 > 2**62 was false (a probe)."""
+    i = np.array([2**62 + 1, 2**53 + 1, -5, 0, 2**63 - 1, -(2**63)], np.int64)
+    u = np.array([2**62, 2**53, 3, 0, 2**63, 2**64 - 1], np.uint64)
+    ref = getattr(np, {"gt": "greater", "ge": "greater_equal", "lt": "less", "le": "less_equal"}.get(op, op))
+    for x, y in ((i, u), (u, i)):
+        for got in (_compare(s.from_numpy(x), s.from_numpy(y), op), _compare(s.from_numpy(x), y, op)):
+            assert got.dtype == np.float64
+            np.testing.assert_array_equal(got.numpy(), ref(x, y).astype(np.float64))
+    got = _compare(s.from_numpy(i[:, None]), s.from_numpy(u[None, :3]), op)
+    np.testing.assert_array_equal(got.numpy(), ref(i[:, None], u[None, :3]).astype(np.float64))
