@@ -741,3 +741,33 @@ def test_closing_the_session_while_the_next_epoch_is_sorted(separable, monkeypat
     rows.close()
     names = [t.name for t in threading.enumerate()]
     assert not [n for n in names if n.startswith(("tensorsql-gather", "tensorsql-shuffle"))]
+
+
+def test_fit_sources_and_settings_found_by_a_probe(s):
+    """A finite value beyond a float32 model's range (1e300) trained every weight to NaN; a checkpoint
+    resumed under a name in another case left its last epoch's tables; fewer epochs than a checkpoint
+    holds returned its weights silently; features as a generator or numpy array, and a source that opens
+    with a parenthesis, a comment or VALUES, raised untyped errors or read as a table name."""
+    table(s, "wide_rows", {"a": np.linspace(-1, 1, 40), "y": (np.arange(40) % 2).astype(np.int32),
+                           "r": np.linspace(0, 1, 40)})  # fmt: skip
+    for cache in (True, False):
+        with pytest.raises(ts.ConfigError, match=r"column 'a' has \S+e\+(299|300), beyond float32's range"):
+            ml.fit(ml.LogisticRegression(s, 1, dtype="float32"), "SELECT a * 1e300 AS a, y FROM wide_rows",
+                   label="y", epochs=1, cache=cache, progress=False)  # fmt: skip
+        with pytest.raises(ts.ConfigError, match=r"column 'r' has 1e\+39, beyond float32's range"):
+            ml.fit(ml.LinearRegression(s, 1, dtype="float32"), "SELECT a, r + 1e39 AS r FROM wide_rows",
+                   label="r", epochs=1, cache=cache, progress=False)  # fmt: skip
+    for feats in ((c for c in ["a"]), np.array(["a"])):
+        assert ml.fit(ml.LogisticRegression(s, 1), "wide_rows", feats, "y", epochs=1, progress=False).losses
+    for query in ("(SELECT a, y FROM wide_rows)", "-- a note\nSELECT a, y FROM wide_rows",
+                  "/* a note */ (SELECT a, y FROM wide_rows)", "VALUES (0.5, 1), (-0.5, 0)"):  # fmt: skip
+        label = "col1" if query.startswith("VALUES") else "y"
+        assert ml.fit(ml.LogisticRegression(s, 1), query, label=label, epochs=1, progress=False).losses
+    model, adam = ml.LogisticRegression(s, 1, dtype="float64"), ml.Adam(0.1)
+    ml.fit(model, "wide_rows", ["a"], "y", epochs=1, optimizer=adam, checkpoint="case_ck", progress=False)
+    ml.fit(model, "wide_rows", ["a"], "y", epochs=2, optimizer=adam, checkpoint="CASE_CK", progress=False)
+    left = sorted(n for n in s.tables() if n.lower().startswith("case_ck__e"))
+    assert left and all(n.startswith("CASE_CK__e2__") for n in left), left
+    with pytest.raises(ts.ConfigError, match="holds 2 epochs, more than epochs=1"):
+        ml.fit(model, "wide_rows", ["a"], "y", epochs=1, optimizer=adam, checkpoint="case_ck", progress=False)
+    assert ml.LinearRegression(s, n_features=np.int64(2)).n_features == 2

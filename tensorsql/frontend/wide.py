@@ -47,25 +47,49 @@ def source(
     if not isinstance(table, str) or not table.strip():
         raise ConfigError(f"{caller}: table must be a table name or a SELECT (a str), got {table!r}")
     if columns is not None:
-        if isinstance(columns, str) or not all(isinstance(c, str) and c for c in columns) or not columns:
-            raise ConfigError(
-                f"{caller}: columns must be a non-empty list of column names, got {columns!r}"
-            )
+        given = columns
+        try:
+            columns = [] if isinstance(columns, str) else list(columns)  # a generator, a numpy array of names
+        except TypeError:
+            columns = []
+        if not columns or not all(isinstance(c, str) and c for c in columns):
+            raise ConfigError(f"{caller}: columns must be a non-empty list of column names, got {given!r}")
+        columns = [str(c) for c in columns]
         if len({c.lower() for c in columns}) != len(columns):  # DuckDB's names fold case: "a" is "A"
             raise ConfigError(f"{caller}: columns {list(columns)} repeat a name")
-    head = table.lstrip()[:6].upper()
-    if head.startswith(("SELECT", "WITH", "VALUES", "FROM")):
+    if _head(table).startswith(("SELECT", "WITH", "VALUES", "FROM")):
         try:
             statements = [q for q in sqlglot.parse(table, dialect="duckdb") if q is not None]
         except SqlglotError as exc:  # ParseError, TokenError (an unterminated string), ...
             raise ConfigError(f"{caller}: the query does not parse: {exc}") from exc
+        query = statements[0] if len(statements) == 1 else None
+        while isinstance(query, exp.Subquery) and not query.alias:  # "(SELECT ...)"
+            query = query.this
+        if isinstance(query, exp.Values):  # its rows, columns col0, col1, ...
+            query = exp.select(exp.Star()).from_(exp.Subquery(this=query))
         # one query and nothing else: "SELECT ...; DROP TABLE t" ran the DROP too (DuckDB got the text whole)
-        if len(statements) != 1 or not isinstance(statements[0], exp.Query):
+        if not isinstance(query, exp.Query):
             raise ConfigError(f"{caller}: the source must be one query (a SELECT), got {table!r}")
-        return exp.Subquery(this=statements[0]), list(columns) if columns is not None else None
+        return exp.Subquery(this=query), list(columns) if columns is not None else None
     if columns is None:
         raise ConfigError(f"{caller}: a table name needs columns=[...] (the features, in order)")
     return table_ref(table), list(columns)
+
+
+def _head(text: str) -> str:
+    """The first word of ``text`` past its comments and opening parentheses, upper case: whether it is a
+    query ("-- note\nSELECT ...", "(SELECT ...)") or a table name."""
+    rest = text
+    while True:
+        rest = rest.lstrip()
+        if rest.startswith("--"):
+            rest = rest.partition("\n")[2]
+        elif rest.startswith("/*"):
+            rest = rest.partition("*/")[2]
+        elif rest.startswith("("):
+            rest = rest[1:]
+        else:
+            return rest[:6].upper()
 
 
 def table_ref(name: str) -> exp.Table:

@@ -1,7 +1,7 @@
 """Models whose weights are tensor relations: linear, logistic and softmax regression, and a multi-layer
 perceptron. ``forward`` builds the graph from a feature matrix (a relation or an array), ``loss`` its
 training loss, ``predict`` what a user scores with; ``save``/``load`` keep a model as tensor tables and a
-row of ``tensorsql_models`` (its kind and sizes), so SQL can score with it (``predict_sql``)."""
+row of ``tensorsql_models`` (its kind and sizes), so SQL can score with it (``predict(...)`` in ``s.sql``)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ MODELS = "tensorsql_models"
 
 
 def _size(value: object, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool | np.bool_) or not isinstance(value, int | np.integer) or value < 1:
         raise ConfigError(f"{what} must be a positive int, got {value!r}")
-    return value
+    return int(value)  # a numpy int too (a shape's entry), as fit's epochs and batch_size
 
 
 class Model:

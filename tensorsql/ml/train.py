@@ -27,6 +27,7 @@ from sqlglot import exp
 from tensorsql.autodiff import grad
 from tensorsql.errors import ConfigError, DTypeError, ShapeError
 from tensorsql.frontend import wide
+from tensorsql.metadata import fold
 from tensorsql.ml.optim import SGD, Optimizer
 
 if TYPE_CHECKING:
@@ -159,6 +160,11 @@ def fit(
             if saved is not None:
                 start, history.losses = saved
                 history.resumed_after = start
+                if start > epochs:  # it returned the later epoch's weights as if it had trained to `epochs`
+                    raise ConfigError(
+                        f"fit: checkpoint {checkpoint!r} holds {start} epochs, more than epochs={epochs}: "
+                        "ask for at least as many, or give a new checkpoint name"
+                    )
         batches = math.ceil(n / batch_size)
         row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
         chunk = batch_size * max(1, READ_BYTES // (row_bytes * batch_size))  # whole batches per read
@@ -302,24 +308,31 @@ def _matrix(
     floats = any(c.dtype.kind == "f" for c in cols)
     for lo in range(0, len(x), step):
         slab = x[lo : lo + step]
-        for j, col in enumerate(cols):
-            slab[:, j] = col[lo : lo + step]
+        with np.errstate(over="ignore"):  # a value beyond the model's dtype: an infinity, refused below
+            for j, col in enumerate(cols):
+                slab[:, j] = col[lo : lo + step]
         if floats and not np.isfinite(slab).all():  # checked while the slab is in cache
-            _not_finite(feats, cols, lo, step)
+            _not_finite(feats, cols, lo, slab, model.dtype)
     y = rows.column(label).to_numpy(zero_copy_only=False)
-    if y.dtype.kind == "f" and not np.isfinite(y).all():
-        _not_finite([label], [y], 0, len(y))
+    if y.dtype.kind == "f":
+        with np.errstate(over="ignore"):
+            cast = y.astype(model.dtype, copy=False)
+        if not np.isfinite(cast).all():
+            _not_finite([label], [y], 0, cast[:, None], model.dtype)
     return x, y
 
 
-def _not_finite(names: list[str], cols: list[np.ndarray], lo: int, step: int) -> None:
-    """A NaN or an infinity trains every weight to NaN: a ConfigError naming the first column with one."""
-    for name, col in zip(names, cols, strict=True):
-        part = col[lo : lo + step]
-        if part.dtype.kind == "f" and not np.isfinite(part).all():
-            value = part[~np.isfinite(part)][0]
+def _not_finite(names: list[str], cols: list[np.ndarray], lo: int, slab: np.ndarray, dtype: object) -> None:
+    """A NaN or an infinity trains every weight to NaN: a ConfigError naming the first column with one in
+    ``slab`` (the rows from ``lo`` in the model's dtype), and its value in the source (1e300 is finite
+    there, and an infinity in float32)."""
+    for j, (name, col) in enumerate(zip(names, cols, strict=True)):
+        bad = np.flatnonzero(~np.isfinite(slab[:, j]))
+        if bad.size:
+            value = col[lo + int(bad[0])]
+            beyond = f", beyond {np.dtype(dtype).name}'s range" if np.isfinite(value) else ""
             raise ConfigError(
-                f"fit: column {name!r} has {value} (features and labels must be finite numbers)"
+                f"fit: column {name!r} has {value}{beyond} (features and labels must be finite numbers)"
             )
 
 
@@ -555,9 +568,10 @@ class Checkpoint:
             s.execute(exp.delete(self.progress.copy()))
             s.execute(exp.insert(exp.Values(expressions=[row]), self.progress.copy()))
         if before is not None and before != epoch:
-            stored = set(s.tables())
+            stored = {fold(n) for n in s.tables()}  # as DuckDB's names match: a resume may spell it in
+            # another case ("ck" then "CK"), whose last epoch's tables would stay otherwise
             for old in self._tables(model, optimizer, before).values():
-                if old in stored:
+                if fold(old) in stored:
                     s.drop(old)
 
     def _row(self) -> dict[str, object] | None:
@@ -594,8 +608,8 @@ class Checkpoint:
                     "start over)"
                 )
         tables = self._tables(model, optimizer, epoch)
-        stored = {n.lower() for n in self.s.tables()}
-        missing = sorted(t for t in tables.values() if t.lower() not in stored)
+        stored = {fold(n) for n in self.s.tables()}
+        missing = sorted(t for t in tables.values() if fold(t) not in stored)
         if missing:
             raise ConfigError(
                 f"fit: checkpoint {self.name!r} (epoch {epoch}) lacks {', '.join(missing)}: it was written "
