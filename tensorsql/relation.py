@@ -115,10 +115,11 @@ class TensorRelation:
             )
         rel = self
         self.session.check_tables(rel.plan())
-        query = self.session.executor.plan_query(rel.plan())
+        dense = not skip_zeros  # the cells of a block a stored table leaves out are zeros, rows too
+        query = self.session.executor.plan_query(rel.plan(), dense)
         if query is None:  # arrays bound, or a plan over the memory budget: computed into a table first
             rel = self.materialize()
-            query = self.session.executor.plan_query(rel.plan())
+            query = self.session.executor.plan_query(rel.plan(), dense)
         cells = sqlfront.cells_query(query, self.shape, rel.block_shape, self.node.dtype, skip_zeros)
         if not maps:
             return relation(cells, "to_rows").to_arrow_table()

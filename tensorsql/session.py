@@ -521,6 +521,11 @@ class Session:
                 f"a table named {name!r} (or one whose name differs only in the case of ASCII letters: they "
                 "are one name) already exists; replace=True overwrites it"
             )
+        if self.local_executor.has_temporary(name):  # every read of the tensor would read that one
+            raise CatalogError(
+                f"save {name!r} refused: a temporary table or view of that name would hide the tensor from "
+                "every read; drop it, or save under another name"
+            )
         plan = rel.plan()
         self.check_tables(plan)
         try:
@@ -954,14 +959,26 @@ def _refuse_writes(statement: exp.Expression, catalog: object) -> None:
         exp.Alter: "ALTER TABLE",
         exp.TruncateTable: "TRUNCATE",
         exp.Create: "CREATE OR REPLACE",
+        exp.Merge: "MERGE INTO",
+        exp.Copy: "COPY ... FROM",
     }
     for kind, verb in kinds.items():
         if not isinstance(statement, kind):
             continue
+        if isinstance(statement, exp.Copy) and not statement.args.get("kind"):
+            return  # COPY ... TO reads the table
         if isinstance(statement, exp.TruncateTable):
             targets = list(statement.expressions)
         else:
             targets = [statement.this]
+        for target in targets:  # tensorsql's own catalog: a TRUNCATE or a rename lost every tensor's entry
+            if isinstance(target, exp.Table) and metadata.is_reserved(target.name) and not (
+                isinstance(statement, exp.Create) and not statement.args.get("replace")
+            ):
+                raise CatalogError(
+                    f"{verb} {target.name!r} refused: it is tensorsql's own ({metadata.CATALOG!r} holds the "
+                    "tensors' entries); use save(), drop() and the tensor statements"
+                )
         if isinstance(statement, exp.Create) and _temporary(statement):
             # a temporary table of a tensor's name hides the tensor from every read, and a DROP of the name
             # then drops the user's temporary table with the tensor's catalog entry (temp.A too: the name is

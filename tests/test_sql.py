@@ -611,3 +611,58 @@ def test_explain_reads_no_rows(db, ab):
     ).fetchall()
     assert "== EinGraph ==" in rows[0][1] and rows[-1][0] == "duckdb" and "not shown" in rows[-1][1]
     assert temps() == before
+
+
+def test_writes_that_would_break_a_tensor_table_or_the_catalog(db, tmp_path):
+    """COPY ... FROM appended blocks and MERGE INTO deleted one (read as zeros); TRUNCATE and a rename of
+    tensorsql's catalog lost every entry; a tensor saved under a temporary table's name was hidden by it (a
+    probe). COPY ... TO reads the table and runs."""
+    x = np.arange(16.0).reshape(4, 4)
+    db.save(db.from_numpy(x, block_shape=(2, 2)), "guarded2", replace=True)
+    out = str(tmp_path / "g.parquet")
+    db.sql(f"COPY guarded2 TO '{out}' (FORMAT parquet)")
+    for statement in (
+        f"COPY guarded2 FROM '{out}' (FORMAT parquet)",
+        "MERGE INTO guarded2 USING (SELECT 0 AS k0, 0 AS k1) AS m "
+        "ON guarded2.k0 = m.k0 AND guarded2.k1 = m.k1 WHEN MATCHED THEN DELETE",
+    ):
+        with pytest.raises(ts.CatalogError, match="'guarded2' is a tensor table"):
+            db.sql(statement)
+    for statement in ("TRUNCATE tensorsql_catalog", "ALTER TABLE tensorsql_catalog RENAME TO c2",
+                      "DELETE FROM tensorsql_catalog"):  # fmt: skip
+        with pytest.raises(ts.CatalogError, match="'tensorsql_catalog' refused: it is tensorsql's own"):
+            db.sql(statement)
+    np.testing.assert_array_equal(db.table("guarded2").numpy(), x)
+    db.execute("CREATE TEMP TABLE shadowed (k0 INTEGER, k1 INTEGER, tensor BLOB)")
+    try:
+        saves = (
+            lambda: db.save(db.from_numpy(x), "Shadowed"),
+            lambda: db.sql("CREATE TABLE shadowed AS SELECT * FROM einsum('ij->ji', guarded2)"),
+        )
+        for save in saves:
+            with pytest.raises(ts.CatalogError, match="a temporary table or view of that name would hide"):
+                save()
+        assert "shadowed" not in [n.lower() for n in db.tables()]
+    finally:
+        db.execute("DROP TABLE temp.shadowed")
+
+
+def test_tensor_cells_include_the_cells_of_absent_blocks(db):
+    """An absent block is zeros, and so are its cells: tensor_cells (both forms) and to_rows() left them
+    out, so avg() over a row averaged only the present ones (a probe)."""
+    import pyarrow.compute as pc
+
+    x = np.arange(1, 17.0).reshape(4, 4)
+    t = db.from_numpy(x, block_shape=(2, 2)).to_arrow()
+    gone = pc.and_(pc.equal(t["k0"], 1), pc.equal(t["k1"], 1))
+    db.save(db.from_arrow(t.filter(pc.invert(gone))), "holed", replace=True)
+    want = x.copy()
+    want[2:, 2:] = 0
+    means = db.sql("SELECT i0, avg(value) FROM tensor_cells(holed) GROUP BY i0 ORDER BY i0").fetchall()
+    np.testing.assert_allclose([m for _, m in means], want.mean(1))
+    assert db.sql("SELECT count(*) FROM tensor_cells(einsum('ij->ij', holed))").fetchall() == [(16,)]
+    assert db.sql("SELECT count(*) FROM tensor_cells(holed, skip_zeros => true)").fetchall() == [(12,)]
+    rows = db.sql("SELECT index, value FROM tensor_cells('holed')").fetchall()  # the stored macro
+    assert len(rows) == 16 and sum(v for _, v in rows) == want.sum()
+    assert db.table("holed").to_rows().num_rows == 16
+    assert db.table("holed").to_rows(skip_zeros=True).num_rows == 12

@@ -324,10 +324,11 @@ class _Rewriter:
             parent.replace(exp.Subquery(this=query, alias=alias.copy()))
         return statement
 
-    def query(self, rel: TensorRelation) -> exp.Query:
+    def query(self, rel: TensorRelation, dense: bool = False) -> exp.Query:
         """The relation's plan as one query over stored tables; a plan that must run in waves (over the
-        memory budget) is computed first into a temporary table, which the query then reads."""
-        q = self.s.executor.plan_query(rel.plan())  # type: ignore[attr-defined]
+        memory budget) is computed first into a temporary table, which the query then reads. ``dense``: a
+        zero block for each one a stored table leaves out."""
+        q = self.s.executor.plan_query(rel.plan(), dense)  # type: ignore[attr-defined]
         if q is None and self.explain:  # nothing is computed for EXPLAIN: DuckDB's own plan is left out
             self.unbound = True
             return exp.select(exp.Null())
@@ -335,7 +336,7 @@ class _Rewriter:
             rel = self.s.materialize(rel)
             self.made.append(rel)
             self.temps = True
-            q = self.s.executor.plan_query(rel.plan())  # type: ignore[attr-defined]
+            q = self.s.executor.plan_query(rel.plan(), dense)  # type: ignore[attr-defined]
         return q
 
     def cells(self, call: exp.Anonymous) -> exp.Query:
@@ -351,7 +352,10 @@ class _Rewriter:
             skip = bool(value.this)
         self.calls.append((_where(call), rel))
         try:
-            return cells_query(self.query(rel), rel.shape, rel.plan().block_shape(), rel.node.dtype, skip)
+            # every cell, those of a block a stored table leaves out too (zeros): avg() over the rows of a
+            # tensor with an absent block averaged only the present ones
+            query = self.query(rel, dense=not skip)
+            return cells_query(query, rel.shape, rel.plan().block_shape(), rel.node.dtype, skip)
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
 

@@ -56,10 +56,19 @@ FROM (
             tensor_einsum('ab,bc->ac', 'multiply', 'sum', 'float64', "x"."tensor", [4, 4], "y"."tensor", [4, 4]) AS "tensor"
           FROM "t0" AS "x"
           CROSS JOIN "t0" AS "y"
+        ), "t2" AS (
+          SELECT
+            CAST("g0"."k" AS INT) AS "k0",
+            CAST("g1"."k" AS INT) AS "k1",
+            coalesce("b"."tensor", tensor_zeros('float64', [4, 4])) AS "tensor"
+          FROM range(0, 1) AS "g0"("k")
+          CROSS JOIN range(0, 1) AS "g1"("k")
+          LEFT JOIN "t1" AS "b"
+            ON "b"."k0" = "g0"."k" AND "b"."k1" = "g1"."k"
         )
         SELECT
           *
-        FROM "t1"
+        FROM "t2"
         WHERE
           NOT "tensor" IS NULL
         UNION ALL

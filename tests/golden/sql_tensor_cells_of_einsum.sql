@@ -45,10 +45,17 @@ FROM (
             "c"."k0" AS "k0",
             tensor_einsum1('ab->a', 'sum', 'float64', "c"."tensor", [4, 4]) AS "tensor"
           FROM "t0" AS "c"
+        ), "t2" AS (
+          SELECT
+            CAST("g0"."k" AS INT) AS "k0",
+            coalesce("b"."tensor", tensor_zeros('float64', [4])) AS "tensor"
+          FROM range(0, 1) AS "g0"("k")
+          LEFT JOIN "t1" AS "b"
+            ON "b"."k0" = "g0"."k"
         )
         SELECT
           *
-        FROM "t1"
+        FROM "t2"
         UNION ALL
         SELECT
           CAST(NULL AS INT) AS "k0",

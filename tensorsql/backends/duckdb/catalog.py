@@ -259,6 +259,17 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name, name]))
 
 
+def temporary_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether a temporary table or view ``name`` (any case of its ASCII letters) is on the connection: it
+    would hide a tensor table of that name from every read."""
+    def named(function: str, column: str) -> exp.Select:
+        source = exp.Table(this=exp.Anonymous(this=function, expressions=[]))
+        return exp.select(exp.alias_(column, "n")).from_(source).where("temporary").where(_lower_eq(column))
+
+    q = exp.union(named("duckdb_tables", "table_name"), named("duckdb_views", "view_name"), distinct=False)
+    return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name, name]))
+
+
 def remove(con: duckdb.DuckDBPyConnection, name: str) -> None:
     """Drops a stored tensor relation: its table and its catalog entries, in one transaction."""
     if not _catalog_exists(con) or not (rows := _matches(con, name)):

@@ -277,6 +277,11 @@ class DuckDBExecutor:
             except duckdb.Error as exc:
                 raise wrap(exc, what) from exc
 
+    def has_temporary(self, name: str) -> bool:
+        """Whether a temporary table or view ``name`` is on the connection (it would hide a tensor table)."""
+        with self._lock:
+            return catalog.temporary_exists(self.con, name)
+
     def has_table(self, name: str) -> bool:
         """Whether a table or view ``name`` is here (the current schema, any case of its ASCII letters). A
         lookup, not a read on the chance: inside the user's transaction a failed read aborts it."""
@@ -546,14 +551,15 @@ class DuckDBExecutor:
         return self._temp_table(dense, lambda exc: ingest.row_error(exc) or wrap(exc, "from_sql"))
 
     # -- running plans -------------------------------------------------------------------------------------
-    def plan_query(self, plan: Plan) -> exp.Query | None:
+    def plan_query(self, plan: Plan, dense: bool = False) -> exp.Query | None:
         """The plan as one query over stored tables, to inline into a user's statement (``Session.sql``);
-        None when it reads arrays or must run in waves (the caller materializes it first)."""
+        None when it reads arrays or must run in waves (the caller materializes it first). ``dense``: every
+        block of the grid, a zero block for one a stored table leaves out (its cells are zeros too)."""
         st = self._statement(plan)
         if st.staged or plan.operands:
             return None
         return sqlgen.to_ast(
-            plan.tra,
+            T.Densify(plan.tra.schema, plan.tra) if dense else plan.tra,
             bind=self._binder(st, plan),
             checks=self._must_check,
             lowering=self.lowering,

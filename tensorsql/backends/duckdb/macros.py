@@ -2,11 +2,12 @@
 extension loaded can read tensor tables as rows without the Python front end.
 
 ``tensor_cells('A')``: rows ``(index BIGINT[], value DOUBLE)`` of tensor table ``A``, one per element. A
-table macro over ``query_table`` and the catalog, planned by DuckDB like any query: each block's elements
-are unnested in C order and each flat position turned back into the tensor's indices (edge blocks are
-smaller; their extents come from the key). int64/uint64 values pass through DOUBLE (exact up to 2**53);
-complex tensors are refused by ``tensor_to_list``. The Python front end's ``tensor_cells`` (``s.sql``) gives
-``(i0, ..., value)`` columns and exact integers.
+table macro over ``query_table`` and the catalog, planned by DuckDB like any query: each block of the grid
+(a zero block for one the table leaves out) has its elements unnested in C order and each flat position
+turned back into the tensor's indices (edge blocks are smaller; their extents come from the key).
+int64/uint64 values pass through DOUBLE (exact up to 2**53); complex tensors are refused by
+``tensor_to_list``. The Python front end's ``tensor_cells`` (``s.sql``) gives ``(i0, ..., value)`` columns
+and exact integers.
 """
 
 from __future__ import annotations
@@ -25,22 +26,43 @@ WITH meta AS (
             AS ascii_fold
     )
     WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') = ascii_fold
+), grid_size AS (
+    SELECT shp, bs, dtype,
+        list_transform(range(len(shp)), lambda d: greatest(1, (shp[d + 1] + bs[d + 1] - 1) // bs[d + 1])) AS n
+    FROM meta
+), ts_grid AS (
+    -- every block of the grid, the pad last: a block the table leaves out is zeros, and so are its cells
+    SELECT list_append(
+        list_transform(
+            range(len(n)),
+            lambda d: (g // CAST(coalesce(list_aggregate(n[d + 2:], 'product'), 1) AS BIGINT)) % n[d + 1]
+        ),
+        -1
+    ) AS keys
+    FROM grid_size, range(CAST(coalesce(list_aggregate(n, 'product'), 1) AS BIGINT)) AS t(g)
 ), blocks AS (
     -- the key columns in order, then a pad (so a 0-d tensor, which has no keys, still gives a list)
-    SELECT list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS keys, tensor
+    SELECT CAST(list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS BIGINT[]) AS keys, tensor
     FROM query_table(tensor_table), (SELECT -1 AS __ts_pad)
+), extents AS (
+    SELECT
+        ts_grid.keys AS keys, bs, dtype, tensor,
+        list_transform(
+            range(len(shp)), lambda d: least(bs[d + 1], shp[d + 1] - ts_grid.keys[d + 1] * bs[d + 1])
+        ) AS e
+    FROM ts_grid LEFT JOIN blocks ON ts_grid.keys = blocks.keys, grid_size
 ), per_block AS (
     SELECT
-        keys, bs,
-        list_transform(
-            range(len(shp)), lambda d: least(bs[d + 1], shp[d + 1] - keys[d + 1] * bs[d + 1])
-        ) AS e,
+        keys, bs, e,
         CASE
+            WHEN tensor IS NULL THEN list_transform(
+                range(CAST(coalesce(list_aggregate(e, 'product'), 1) AS BIGINT)), lambda i: CAST(0 AS DOUBLE)
+            )
             WHEN dtype = 'int64' THEN CAST(tensor_to_bigint_list(tensor, dtype) AS DOUBLE[])
             WHEN dtype = 'uint64' THEN CAST(tensor_to_ubigint_list(tensor, dtype) AS DOUBLE[])
             ELSE tensor_to_list(tensor, dtype)
         END AS l
-    FROM blocks, meta
+    FROM extents
 ), cells AS (
     SELECT keys, bs, e, unnest(l) AS value, generate_subscripts(l, 1) - 1 AS f FROM per_block
 )
@@ -56,9 +78,9 @@ FROM cells
 
 
 #: a word of the current definition: a database holding an older one gets this one on its next save (names
-#: match as DuckDB's table names do, ASCII letters in any case: its ``lower`` folds every letter, and a
-#: tensor 'Äx' read 'äx''s catalog row too)
-MARKER = "ascii_fold"
+#: match as DuckDB's table names do, ASCII letters in any case: its ``lower`` folded every letter, and a
+#: tensor 'Äx' read 'äx''s catalog row too; the cells of a block a table leaves out were left out)
+MARKER = "ts_grid"
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
