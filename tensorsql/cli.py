@@ -51,14 +51,20 @@ def _session(database: str, read_only: bool = False) -> object:
 def _printable(table: pa.Table) -> pa.Table:
     """Binary columns (tensor blobs) as a short description, nested ones (lists, structs) as text: terminals
     and CSV take text."""
-    cols = {}
+    cols, names, seen = [], [], set()
     for name, col in zip(table.column_names, table.columns, strict=True):
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = pa.array([None if v is None else f"<blob {len(v)} bytes>" for v in col.to_pylist()])
         elif pa.types.is_nested(col.type):
             col = pa.array([None if v is None else str(v) for v in col.to_pylist()], pa.string())
-        cols[name] = col
-    return pa.table(cols) if cols else table
+        unique, i = name, 0
+        while unique in seen:  # a join of two tensor_cells: "i0" twice (a JSON row keeps one of each name)
+            i += 1
+            unique = f"{name}_{i}"
+        seen.add(unique)
+        cols.append(col)
+        names.append(unique)
+    return pa.table(cols, names=names) if cols else table
 
 
 def print_table(table: pa.Table, out: IO[str], limit: int | None = SHOWN_ROWS) -> None:
@@ -69,8 +75,8 @@ def print_table(table: pa.Table, out: IO[str], limit: int | None = SHOWN_ROWS) -
     grid = Table(show_header=True, header_style="bold", show_lines=False)
     for name, typ in zip(shown.column_names, table.schema.types, strict=True):
         grid.add_column(f"{name}\n{typ}", overflow="fold")
-    for row in shown.to_pylist():
-        grid.add_row(*["NULL" if v is None else str(v) for v in row.values()])
+    for row in zip(*(c.to_pylist() for c in shown.columns), strict=True):
+        grid.add_row(*["NULL" if v is None else str(v) for v in row])
     console = Console(file=out, soft_wrap=False, width=None if out.isatty() else 200)
     console.print(grid)
     more = table.num_rows - shown.num_rows
@@ -359,13 +365,17 @@ def main(argv: Sequence[str] | None = None, out: IO[str] | None = None) -> int:
         sys.stderr.write(f"tensorsql: {database!r} does not exist: creating a new database\n")
     try:
         return int(args.run(args, out or sys.stdout))
+    except KeyboardInterrupt:
+        sys.stderr.write("tensorsql: interrupted\n")
+        return 130  # the shell's code for a command ended by SIGINT
     except TensorSQLError as exc:
         sys.stderr.write(f"tensorsql: {type(exc).__name__}: {exc}\n")
         return 1
     except duckdb.Error as exc:  # raised while DuckDB fetched the rows (a cast, a stored table's check)
         typed = wrap(exc, args.command)
         if isinstance(typed, KeyboardInterrupt):
-            raise typed from exc
+            sys.stderr.write("tensorsql: interrupted\n")
+            return 130
         sys.stderr.write(f"tensorsql: {type(typed).__name__}: {typed}\n")
         return 1
     except (OSError, ValueError, pa.ArrowException) as exc:  # a file that cannot be read or written

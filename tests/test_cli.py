@@ -175,3 +175,31 @@ def test_sql_import_and_export_through_the_console_command(tmp_path):
     np.testing.assert_array_equal(np.load(out), x)
     bad = cli_run("sql", path, "SELECT * FROM einsum('ij->ji', Nope)")
     assert bad.returncode == 1 and "TableNotFoundError" in bad.stderr
+
+
+def test_duplicate_column_names_and_an_interrupt(db, monkeypatch, capsys):
+    """A join of two tensor_cells has each name twice: CSV and JSON kept one of each and the table failed
+    with a ValueError; Ctrl-C printed a traceback (found by a probe)."""
+    path, _ = db
+    q = "SELECT * FROM tensor_cells(A) x JOIN tensor_cells(A) y ON x.i0 = y.i1 ORDER BY ALL LIMIT 2"
+    code, out = run("sql", path, q, "--csv")
+    assert code == 0 and out.splitlines()[0] == '"i0","i1","value","i0_1","i1_1","value_1"'
+    code, out = run("sql", path, q, "--json")
+    assert code == 0 and set(json.loads(out)[0]) == {"i0", "i1", "value", "i0_1", "i1_1", "value_1"}
+    code, out = run("sql", path, q)
+    assert code == 0 and "value_1" in out and "2 rows" in out
+
+    def interrupted(args, out):
+        raise KeyboardInterrupt
+
+    parser = cli.parser()
+    real = parser.parse_args
+    monkeypatch.setattr(cli, "parser", lambda: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: _with_run(real(argv), interrupted))
+    assert run("sql", path, "SELECT 1")[0] == 130
+    assert capsys.readouterr().err.strip().endswith("tensorsql: interrupted")
+
+
+def _with_run(args, fn):
+    args.run = fn
+    return args

@@ -771,3 +771,14 @@ def test_fit_sources_and_settings_found_by_a_probe(s):
     with pytest.raises(ts.ConfigError, match="holds 2 epochs, more than epochs=1"):
         ml.fit(model, "wide_rows", ["a"], "y", epochs=1, optimizer=adam, checkpoint="case_ck", progress=False)
     assert ml.LinearRegression(s, n_features=np.int64(2)).n_features == 2
+
+
+def test_scoring_with_a_key_named_like_the_position_column(s):
+    """A key column named _ts_pos collided with the rewrite's own position column: 2 rows of 3, keys paired
+    with other rows' predictions (found by a probe)."""
+    model = ml.LinearRegression(s, 1, dtype="float64")
+    model.set_params([s.from_numpy(np.array([2.0])), s.from_numpy(np.array(0.5))])
+    model.save("pos_scorer")
+    table(s, "pos_rows", {"_ts_pos": np.array([3, 1, 2]), "a": np.array([10.5, 2.5, 5.0])})
+    q = "SELECT * FROM predict('pos_scorer', (SELECT _ts_pos, a FROM pos_rows), key => '_ts_pos') ORDER BY 1"
+    assert s.sql(q).fetchall() == [(1, 5.5), (2, 10.5), (3, 21.5)]

@@ -666,3 +666,11 @@ def test_tensor_cells_include_the_cells_of_absent_blocks(db):
     assert len(rows) == 16 and sum(v for _, v in rows) == want.sum()
     assert db.table("holed").to_rows().num_rows == 16
     assert db.table("holed").to_rows(skip_zeros=True).num_rows == 12
+
+
+def test_explain_with_a_semicolon_and_a_statement_nested_too_deeply(db):
+    db.save(db.from_numpy(np.ones((2, 2))), "semi", replace=True)
+    rows = db.sql("EXPLAIN SELECT * FROM einsum('ij->ji', semi);").fetchall()
+    assert rows[0][0].startswith("tensorsql: einsum")
+    with pytest.raises(ts.SQLSyntaxError, match="nested too deeply"):
+        db.sql("SELECT " + "(" * 3000 + "1" + ")" * 3000)

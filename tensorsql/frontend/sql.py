@@ -23,6 +23,7 @@ import pyarrow as pa
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import ParseError, TokenError
+from sqlglot.tokens import TokenType
 
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import SQLFrontendError, SQLSyntaxError, TableNotFoundError, TensorSQLError
@@ -72,6 +73,8 @@ def parse(text: str) -> exp.Expression:
         raise SQLSyntaxError(f"SQL syntax error{where}{near}: {first.get('description', exc)}") from exc
     except TokenError as exc:
         raise SQLSyntaxError(f"SQL syntax error: {exc}") from exc
+    except RecursionError as exc:  # nested past Python's stack (DuckDB's own limit: max_expression_depth)
+        raise SQLSyntaxError("SQL syntax error: the statement is nested too deeply to parse") from exc
     if len(statements) != 1:
         raise SQLFrontendError(f"sql runs one statement at a time; this text has {len(statements)}")
     return statements[0].transform(_plain_predict)
@@ -92,6 +95,8 @@ def _explained(text: str) -> str | None:
         tokens = sqlglot.tokenize(text, read="duckdb")
     except TokenError as exc:
         raise SQLSyntaxError(f"SQL syntax error: {exc}") from exc
+    while tokens and tokens[-1].token_type == TokenType.SEMICOLON:  # "EXPLAIN ...;" as other statements
+        tokens = tokens[:-1]
     if len(tokens) == 2 and tokens[0].text.upper() == "EXPLAIN":
         rest = tokens[1].text
         if not rest.lstrip().upper().startswith("ANALYZE"):
@@ -409,9 +414,10 @@ class _Rewriter:
             this=exp.Anonymous(this="row_number", expressions=[]),
             order=exp.Order(expressions=[exp.Ordered(this=exp.column(key, quoted=True))]),
         )
+        pos = "_ts_pos" if key.lower() != "_ts_pos" else "_ts_pos_1"  # never the key's own name
         keys = exp.select(
             exp.column(key, quoted=True),
-            exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), "_ts_pos", quoted=True),
+            exp.alias_(exp.Sub(this=window, expression=exp.Literal.number(1)), pos, quoted=True),
         ).from_(
             exp.Table(
                 this=exp.to_identifier(rows.name, quoted=True),
@@ -422,7 +428,7 @@ class _Rewriter:
         if out.ndim == 2 and out.shape[1] > 1:  # one output (a regression MLP's (rows, 1)): no class column
             cols.append(exp.alias_(exp.column("i1", table="c", quoted=True), "class", quoted=True))
         cols.append(exp.alias_(exp.column("value", table="c", quoted=True), "prediction", quoted=True))
-        on = exp.column("i0", table="c", quoted=True).eq(exp.column("_ts_pos", table="k", quoted=True))
+        on = exp.column("i0", table="c", quoted=True).eq(exp.column(pos, table="k", quoted=True))
         return (
             exp.select(*cols)
             .from_(exp.Subquery(this=keys, alias=exp.TableAlias(this=exp.to_identifier("k"))))
