@@ -85,6 +85,10 @@ _DUCKDB_RESERVE = 4 << 20
 _MIN_WAVE_BYTES = 1 << 18
 
 _ids = itertools.count()
+#: without connect(memory_limit=), DuckDB's buffers get this share of DuckDB's default limit (80% of the
+#: machine's memory, or of its container's) and the kernels' own memory this one: 60% and 30% of it
+DEFAULT_DUCKDB_SHARE = 0.75
+DEFAULT_KERNEL_SHARE = 0.375
 _T = TypeVar("_T")
 
 
@@ -220,8 +224,18 @@ class DuckDBExecutor:
         self._lane: duckdb.DuckDBPyConnection | bool | None = None
         self.closed = False
         try:
-            #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory")
-            self.memory_limit = limit if limit is not None else self._duckdb_limit()
+            #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory"); without
+            #: a limit, shares of DuckDB's default (80% of the memory it sees) that leave 10% over together
+            #: (each at 80%, a runaway query grew to the machine's memory and the system killed it)
+            self.kernel_limit = limit
+            if limit is None:
+                default = self._duckdb_limit()
+                self.memory_limit = int(default * DEFAULT_DUCKDB_SHARE)
+                self.kernel_limit = int(default * DEFAULT_KERNEL_SHARE)
+                item = exp.EQ(this=exp.column("memory_limit"), expression=sqlgen.lit(f"{self.memory_limit}B"))
+                self.con.execute(sqlgen.sql_text(exp.Set(expressions=[exp.SetItem(this=item)]))).fetchall()
+            else:
+                self.memory_limit = limit
             self._set_kernel_limit(self.con)
             #: no block a plan makes is larger (``EngineProfile.max_block_bytes``)
             self.max_block_bytes = memory.max_block_bytes(max_block_bytes, self.memory_limit, self._workers)
@@ -242,7 +256,7 @@ class DuckDBExecutor:
     def _set_kernel_limit(self, con: duckdb.DuckDBPyConnection) -> None:
         """Gives the kernels loaded into ``con``'s database the session's memory_limit as their budget."""
         token = udf_control.db_token(con)
-        if not udf_control.set_memory_limit(self.kernels, token, self.memory_limit):
+        if not udf_control.set_memory_limit(self.kernels, token, self.kernel_limit):
             raise ExtensionError("the loaded kernels do not know their own database (no memory budget)")
 
     def kernel_memory(self) -> tuple[int, int]:
