@@ -674,3 +674,20 @@ def test_explain_with_a_semicolon_and_a_statement_nested_too_deeply(db):
     assert rows[0][0].startswith("tensorsql: einsum")
     with pytest.raises(ts.SQLSyntaxError, match="nested too deeply"):
         db.sql("SELECT " + "(" * 3000 + "1" + ")" * 3000)
+
+
+def test_create_table_as_a_tensor_function_in_any_spelling(db):
+    """CREATE TABLE t AS (SELECT * FROM einsum(...)) and a name qualified with the current schema made a plain
+    table of blobs with no catalog entry (a probe); another schema's name is refused."""
+    x = np.arange(4.0).reshape(2, 2)
+    db.save(db.from_numpy(x), "spelled", replace=True)
+    for name, statement in (
+        ("sp_paren", "CREATE OR REPLACE TABLE sp_paren AS (SELECT * FROM einsum('ij->ji', spelled))"),
+        ("sp_main", "CREATE OR REPLACE TABLE main.sp_main AS SELECT * FROM einsum('ij->ji', spelled)"),
+        ("sp_full", "CREATE OR REPLACE TABLE memory.main.sp_full AS SELECT * FROM einsum('ij->ji', spelled)"),
+    ):
+        db.sql(statement)
+        np.testing.assert_array_equal(db.table(name).numpy(), x.T)
+    db.execute("CREATE SCHEMA IF NOT EXISTS elsewhere")
+    with pytest.raises(ts.SQLFrontendError, match="a tensor is saved in the session's current schema"):
+        db.sql("CREATE TABLE elsewhere.sp AS SELECT * FROM einsum('ij->ji', spelled)")

@@ -468,11 +468,25 @@ def _create(r: _Rewriter, statement: exp.Expression) -> tuple[str, TensorRelatio
             return None  # TEMP and other properties: DuckDB's own CREATE
     else:
         return None
-    if not isinstance(target, exp.Table) or target.args.get("db"):
-        return None  # a column list (an exp.Schema target) or a qualified name: DuckDB's own statement
+    while isinstance(body, exp.Subquery) and not body.alias:  # AS (SELECT * FROM einsum(...))
+        body = body.this
     src = _star_source(body)
     if not (isinstance(src, exp.Table) and _ours(src.this, TENSOR_FUNCTIONS)):
         return None
+    if not isinstance(target, exp.Table):
+        return None  # a column list (an exp.Schema target): DuckDB's own statement
+    if target.args.get("db"):  # the current schema's name (main.T) is the plain name; another is refused:
+        # DuckDB made a plain table of blobs there, with no catalog entry (a tensor's entry is its schema's)
+        here_db, here_schema = r.s.executor.catalog.here()  # type: ignore[attr-defined]
+        db, schema = target.text("catalog"), target.text("db")
+        if not db and schema.lower() == here_db.lower():
+            db, schema = here_db, here_schema  # "memory.T": DuckDB reads a database's name there
+        if (db and db.lower() != here_db.lower()) or schema.lower() != here_schema.lower():
+            raise SQLFrontendError(
+                f"{target.sql(dialect='duckdb')}: a tensor is saved in the session's current schema "
+                f"({here_db}.{here_schema}); USE the other one first, or name the table without it"
+            )
+        target = exp.Table(this=target.this)
     rel = r.relation(src.this)
     r.calls.append((_where(src.this), rel))
     replace, exists = bool(statement.args.get("replace")), bool(statement.args.get("exists"))
