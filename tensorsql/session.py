@@ -214,11 +214,33 @@ class Session:
                 "CREATE VIEW over tensor_from_cells or a call computed first would read temporary tables "
                 "that go with this statement; save the tensor first (CREATE TABLE t AS SELECT * FROM ...)"
             )
+        if isinstance(statement, exp.Create) and str(statement.args.get("kind", "")).upper() == "VIEW":
+            self._guard_view(statement, rw.calls)  # type: ignore[attr-defined]
         own = rw.original  # the statement's own text when it had nothing to rewrite
         out = self._user_statement(query, lambda: relation(own if own is not None else statement, "sql"))
         if rw.made:  # their temporary tables go when DuckDB's relation does (it runs again when read again)
             self._sql_kept[out] = rw.made
         return out
+
+    def _guard_view(self, statement: exp.Create, calls: Sequence[tuple[str, TensorRelation]]) -> None:
+        """A view over tensor functions keeps SQL made for its tensors' dtype, shape and blocks: it now
+        checks at every read that their catalog rows are unchanged (replaced by a tensor of another dtype
+        of the same width, it read garbage)."""
+        from tensorsql.backends.duckdb import catalog as duck_catalog
+
+        names: dict[str, None] = {}
+        for _, rel in calls:
+            for node in E.topological(rel.node):
+                if isinstance(node, E.Source) and not metadata.is_reserved(node.table):
+                    names.setdefault(node.table)
+        body = statement.expression
+        if not names or not isinstance(body, exp.Query):
+            return
+        entries = [self.executor.catalog.get(n) for n in names]  # type: ignore[attr-defined]
+        guard = duck_catalog.unchanged(entries, f"view {statement.this.sql(dialect='duckdb')}")
+        alias = exp.TableAlias(this=exp.to_identifier("_ts_view"))
+        guarded = exp.select(exp.Star()).from_(exp.Subquery(this=body, alias=alias)).where(guard)
+        statement.set("expression", guarded)
 
     def _insert(self, name: str, rel: TensorRelation) -> None:
         """``INSERT INTO name SELECT * FROM <tensor>`` into an empty table (plain or tensor): the tensor's

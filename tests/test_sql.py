@@ -4,6 +4,7 @@ and a typed error for every bad statement."""
 
 from __future__ import annotations
 
+import duckdb
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -691,3 +692,23 @@ def test_create_table_as_a_tensor_function_in_any_spelling(db):
     db.execute("CREATE SCHEMA IF NOT EXISTS elsewhere")
     with pytest.raises(ts.SQLFrontendError, match="a tensor is saved in the session's current schema"):
         db.sql("CREATE TABLE elsewhere.sp AS SELECT * FROM einsum('ij->ji', spelled)")
+
+
+def test_a_view_over_tensor_functions_refuses_a_replaced_tensor(tmp_path):
+    """A view keeps SQL made for its tensors' dtype, shape and blocks: after a replace by an int64 tensor
+    (the same blob width) it read float64 garbage (a probe). It checks their catalog rows at every read,
+    also from a new session."""
+    path = str(tmp_path / "views.duckdb")
+    x = np.arange(12.0).reshape(3, 4)
+    with ts.connect(path) as s:
+        s.from_numpy(x).save("VA")
+        s.sql("CREATE VIEW vw AS SELECT * FROM tensor_cells(einsum('ij->ji', VA))")
+        s.sql("CREATE VIEW vw_plain AS SELECT 1 AS one")  # no tensor: as written
+        rows = s.sql("SELECT i0, i1, value FROM vw ORDER BY i0, i1").fetchall()
+        assert [v for *_, v in rows] == x.T.reshape(-1).tolist()
+    with ts.connect(path) as s:
+        assert len(s.sql("SELECT * FROM vw").fetchall()) == 12
+        s.from_numpy(np.arange(12, dtype=np.int64).reshape(3, 4)).save("VA", replace=True)
+        with pytest.raises(duckdb.Error, match=r"view vw reads tensor 'VA' as float64 .* replaced or dropped"):
+            s.sql("SELECT * FROM vw").fetchall()
+        assert s.sql("SELECT * FROM vw_plain").fetchall() == [(1,)]

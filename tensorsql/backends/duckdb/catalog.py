@@ -156,6 +156,33 @@ def put(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
     _rows(con, exp.insert(exp.select(*[_param() for _ in values]), _table()), values)
 
 
+def unchanged(entries: Sequence[Entry], what: str) -> exp.Expression:
+    """A condition a view's query keeps (``Session.sql``'s ``CREATE VIEW``): true while every entry's
+    catalog row is as it was, else DuckDB's ``error()`` naming the tensor. The view's SQL is fixed for the
+    dtype, shape and blocks its tensors had: after a replace of the same blob width (float64 by int64) it
+    read the new blobs as the old dtype, garbage."""
+    checks: list[exp.Expression] = []
+    for e in entries:
+        same = exp.and_(
+            _eq("name", exp.Literal.string(e.name)),
+            _eq("dtype", exp.Literal.string(e.dtype)),
+            _eq("shape", exp.Literal.string(json.dumps(list(e.shape)))),
+            _eq("block_shape", exp.Literal.string(json.dumps(list(e.block_shape)))),
+        )
+        count = exp.Subquery(this=exp.select(exp.Count(this=exp.Star())).from_(_table()).where(same))
+        message = (
+            f"tensorsql: {what} reads tensor {e.name!r} as {e.dtype} {list(e.shape)} in blocks of "
+            f"{list(e.block_shape)}, and it was replaced or dropped since: create the view again"
+        )
+        checks.append(
+            exp.Case(
+                ifs=[exp.If(this=exp.EQ(this=count, expression=exp.Literal.number(1)), true=exp.true())],
+                default=exp.Anonymous(this="error", expressions=[exp.Literal.string(message)]),
+            )
+        )
+    return exp.and_(*checks) if checks else exp.true()
+
+
 def _known(con: duckdb.DuckDBPyConnection) -> list[str]:
     return [r[0] for r in _rows(con, exp.select("name").from_(_table()).order_by("name")) if r[0] is not None]
 
