@@ -247,6 +247,8 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     ``x ** 1`` is ``x``, and on floats and complex ``x ** 0.5`` is ``sqrt`` (Adam's denominator; numpy's
     ``(-0.0) ** 0.5`` is -0.0 and its complex square roots are ``sqrt``'s) and ``x ** -1`` is
     ``reciprocal``. Any other exponent, and integers, are the ``pow`` map."""
+    if isinstance(exponent, np.bool_):  # numpy's: int8 ** np.True_ is int8, a weak 1
+        exponent = int(exponent)
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real):
         raise OperatorError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
     floats = x.dtype.kind in "fc"  # numpy's sqrt and reciprocal fast paths are a float array's
@@ -255,6 +257,8 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     # is float64 (int8 ** 2.0 is 10000.0, not a wrapped int8)
     if isinstance(exponent, np.generic):
         want = np.result_type(x.dtype, exponent.dtype)
+        if want == np.float16:  # no relation holds float16: float32, as beside a float16 array
+            want = np.dtype(np.float32)
     elif x.dtype.kind in "iu" and isinstance(exponent, float):
         want = np.dtype("float64")
     else:

@@ -344,3 +344,14 @@ def test_repeated_labels_under_forced_blocks_make_only_diagonal_blocks(s, eq, sh
         diagonal *= math.prod(min(per_key[i] for i in group) for group in rep.diagonal)
         assert _rows_of(s, rep) <= diagonal < math.prod(per_key)
     assert_einsum_close(rel.numpy(), eq, *ops)
+
+
+def test_sessions_on_one_file_share_the_default_limit(tmp_path):
+    """One process's sessions on a file share one DuckDB database: each took a share of the limit the one
+    before had set, so the shared limit shrank by a quarter a session (found by review)."""
+    path = str(tmp_path / "shared.duckdb")
+    with ts.connect(path) as a, ts.connect(path) as b, ts.connect(path) as c:
+        shown = {x.execute("SELECT current_setting('memory_limit')")[0][0] for x in (a, b, c)}
+        assert len(shown) == 1
+        assert abs(c.executor.memory_limit - a.executor.memory_limit) < a.executor.memory_limit / 50
+        assert c.executor.kernel_memory()[1] == b.executor.kernel_memory()[1]

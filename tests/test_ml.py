@@ -782,3 +782,11 @@ def test_scoring_with_a_key_named_like_the_position_column(s):
     table(s, "pos_rows", {"_ts_pos": np.array([3, 1, 2]), "a": np.array([10.5, 2.5, 5.0])})
     q = "SELECT * FROM predict('pos_scorer', (SELECT _ts_pos, a FROM pos_rows), key => '_ts_pos') ORDER BY 1"
     assert s.sql(q).fetchall() == [(1, 5.5), (2, 10.5), (3, 21.5)]
+
+
+def test_tables_named_like_query_words_are_tables(s):
+    """A source is a query when its first whole word is SELECT, WITH, VALUES or FROM: "withdrawals" and
+    "values2" are tables (their first six letters read as a query; found by review)."""
+    for name in ("withdrawals", "values2", "fromage"):
+        table(s, name, {"a": np.array([1.0, 2.0]), "y": np.array([0, 1], np.int32)})
+        assert ml.fit(ml.LogisticRegression(s, 1), name, ["a"], "y", epochs=1, progress=False).losses

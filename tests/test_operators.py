@@ -591,3 +591,15 @@ def test_int64_against_uint64_compares_exactly(s, op):
             np.testing.assert_array_equal(got.numpy(), ref(x, y).astype(np.float64))
     got = _compare(s.from_numpy(i[:, None]), s.from_numpy(u[None, :3]), op)
     np.testing.assert_array_equal(got.numpy(), ref(i[:, None], u[None, :3]).astype(np.float64))
+
+
+def test_power_by_numpy_bool_and_float16_scalars_and_a_relation_as_a_param(s):
+    """int8 ** np.float16(2) is float16 in numpy, float32 here (no relation holds float16); np.True_ is a
+    weak 1; a relation as a map's param was computed while the graph was built (found by review)."""
+    x = np.array([2, 3], np.int8)
+    got = s.from_numpy(x) ** np.float16(2)
+    assert got.dtype == np.float32 and got.numpy().tolist() == [4.0, 9.0]
+    got = s.from_numpy(x) ** np.True_
+    assert got.dtype == np.int8 and got.numpy().tolist() == [2, 3]
+    with pytest.raises(ts.OperatorError, match="is not a number"):
+        ts.scale(s.from_numpy(np.ones(2)), s.from_numpy(np.array(2.0)))

@@ -5,6 +5,7 @@ feature, UNION ALL), which ``from_sql`` packs into blocks; nothing passes throug
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 
 import sqlglot
@@ -57,7 +58,7 @@ def source(
         columns = [str(c) for c in columns]
         if len({c.lower() for c in columns}) != len(columns):  # DuckDB's names fold case: "a" is "A"
             raise ConfigError(f"{caller}: columns {list(columns)} repeat a name")
-    if _head(table).startswith(("SELECT", "WITH", "VALUES", "FROM")):
+    if _head(table) in ("SELECT", "WITH", "VALUES", "FROM"):
         try:
             statements = [q for q in sqlglot.parse(table, dialect="duckdb") if q is not None]
         except SqlglotError as exc:  # ParseError, TokenError (an unterminated string), ...
@@ -89,7 +90,8 @@ def _head(text: str) -> str:
         elif rest.startswith("("):
             rest = rest[1:]
         else:
-            return rest[:6].upper()
+            word = re.match(r"\w+", rest)  # a whole word: a table named "values2" is a table
+            return word.group(0).upper() if word else ""
 
 
 def table_ref(name: str) -> exp.Table:

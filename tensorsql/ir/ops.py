@@ -267,7 +267,9 @@ def check_map(fn: str, param: object = None) -> float | None:
                 "carried as a float64: integers up to 2**53 in magnitude are exact)"
             )
         return as_float
-    if isinstance(param, str | bytes | bool | np.bool_):  # float("2") would read a string as the number
+    # float("2") would read a string as the number, and float(relation) compute the relation while the graph
+    # is built (its value frozen into the plan, and no gradient into it)
+    if isinstance(param, str | bytes | bool | np.bool_) or hasattr(param, "node"):
         raise OperatorError(f"map {fn!r}: param {param!r} is not a number")
     try:
         return float(param)  # type: ignore[arg-type]

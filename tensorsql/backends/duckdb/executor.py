@@ -229,11 +229,16 @@ class DuckDBExecutor:
             #: (each at 80%, a runaway query grew to the machine's memory and the system killed it)
             self.kernel_limit = limit
             if limit is None:
-                default = self._duckdb_limit()
-                self.memory_limit = int(default * DEFAULT_DUCKDB_SHARE)
-                self.kernel_limit = int(default * DEFAULT_KERNEL_SHARE)
-                item = exp.EQ(this=exp.column("memory_limit"), expression=sqlgen.lit(f"{self.memory_limit}B"))
-                self.con.execute(sqlgen.sql_text(exp.Set(expressions=[exp.SetItem(this=item)]))).fetchall()
+                current, default = self._duckdb_limit(), memory.duckdb_default_limit()
+                if current == default:  # a database of its own, or the first session on it: our shares
+                    self.memory_limit = int(default * DEFAULT_DUCKDB_SHARE)
+                    size = sqlgen.lit(f"{self.memory_limit}B")
+                    item = exp.SetItem(this=exp.EQ(this=exp.column("memory_limit"), expression=size))
+                    self.con.execute(sqlgen.sql_text(exp.Set(expressions=[item]))).fetchall()
+                else:  # a file another session of this process opened (one database): its limit, not a
+                    # share of it again (each session shrank the shared limit by a quarter)
+                    self.memory_limit = current
+                self.kernel_limit = int(self.memory_limit * DEFAULT_KERNEL_SHARE / DEFAULT_DUCKDB_SHARE)
             else:
                 self.memory_limit = limit
             self._set_kernel_limit(self.con)

@@ -7,8 +7,11 @@ kernels' own budget (``udf_kernels.control``), and the default block cap derives
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+
+import duckdb
 
 from tensorsql.errors import ConfigError
 from tensorsql.ir.blocking import LIMIT_BLOCK_BYTES, MAX_BLOCK_BYTES, MIN_BLOCK_BYTES
@@ -51,6 +54,21 @@ def system_memory() -> int:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError) as exc:  # not POSIX: percentages cannot be resolved
         raise ConfigError(f"cannot read this machine's memory size for a percentage: {exc}") from exc
+
+
+@functools.cache
+def duckdb_default_limit() -> int:
+    """DuckDB's default memory_limit in this process (80% of the memory it sees, a container's limit
+    included), in bytes: read once from a database of its own."""
+    con = duckdb.connect(":memory:")
+    try:
+        shown = str(con.execute("SELECT current_setting('memory_limit')").fetchall()[0][0])
+    finally:
+        con.close()
+    try:
+        return parse_size(shown, "memory_limit")
+    except ConfigError:
+        return system_memory()
 
 
 def parse_size(value: object, what: str) -> int:
