@@ -4,6 +4,8 @@ arguments. One cluster for the whole module."""
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
 from equations import BLOCKING_CASES, EQUATIONS
@@ -378,6 +380,11 @@ def test_a_local_cluster_that_cannot_start_is_a_config_error(monkeypatch):
 
     monkeypatch.setattr(DX.distributed, "LocalCluster", broken)
     with pytest.raises(ConfigError, match="could not start a local Dask cluster of 2 workers: Assertion"):
+        ts.connect(workers=2)
+    # in a worker process that imported a script without the main guard, Dask said only "Nanny failed to
+    # start": the error says why
+    monkeypatch.setitem(sys.modules, "__mp_main__", sys.modules["__main__"])
+    with pytest.raises(ConfigError, match='must do so under `if __name__ == "__main__":`'):
         ts.connect(workers=2)
 
 

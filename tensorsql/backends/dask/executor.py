@@ -1057,8 +1057,16 @@ def start(workers: int, threads_per_worker: int, memory_limit: int | str | None 
             memory_limit=limit,
         )
     except Exception as exc:  # a worker that cannot start, Dask's event loop after a failed attach, ...
+        # the workers are new processes that import the main module: a script run without the main guard
+        # starts a cluster again in each of them, where Dask says only "Nanny failed to start"
+        guard = (
+            "; this is a worker process importing the main module: a script that starts a cluster must do "
+            'so under `if __name__ == "__main__":`'
+            if "__mp_main__" in sys.modules  # the main module imported again, in a spawned process
+            else ""
+        )
         raise ConfigError(
-            f"could not start a local Dask cluster of {workers} workers: {type(exc).__name__}: {exc}"
+            f"could not start a local Dask cluster of {workers} workers: {type(exc).__name__}: {exc}{guard}"
         ) from exc
     try:
         client = distributed.Client(cluster)
