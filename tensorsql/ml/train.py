@@ -429,9 +429,13 @@ class _Cached(_Rows):
     def _ahead(self, part: np.ndarray) -> Future[np.ndarray] | None:
         """The gather of ``part`` started on a pool thread; None when one thread is all there is, or the
         batch is too small to be worth a hand-off (it is gathered when its turn comes)."""
-        if self.threads < 2 or len(part) * self.x.strides[0] < GATHER_SPLIT_BYTES:
+        if not self._pooled(part):
             return None
         return self._pool().submit(np.take, self.x, part, 0)
+
+    def _pooled(self, part: np.ndarray) -> bool:
+        """Whether gathering the rows ``part`` is worth a pool thread's hand-off (``GATHER_SPLIT_BYTES``)."""
+        return self.threads >= 2 and len(part) * self.x.strides[0] >= GATHER_SPLIT_BYTES
 
     def _pool(self) -> ThreadPoolExecutor:
         if self.pool is None:
@@ -442,7 +446,7 @@ class _Cached(_Rows):
         """The feature rows ``part`` (row numbers), in that order; split among the pool's threads when big
         (numpy's take lets go of the GIL while it copies)."""
         x = self.x
-        if self.threads < 2 or len(part) * x.strides[0] < GATHER_SPLIT_BYTES:
+        if not self._pooled(part):
             return np.take(x, part, axis=0)
         pool = self._pool()
         out = np.empty((len(part), x.shape[1]), dtype=x.dtype)

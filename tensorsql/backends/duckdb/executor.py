@@ -415,12 +415,8 @@ class DuckDBExecutor:
         if self._after_transaction(self._release_held, name):
             return
         self._views.discard(name)
-        if self.closed:  # a closed connection has nothing to release
-            return
-        try:
-            self.con.unregister(name)
-        except duckdb.Error as exc:
-            log.warning("tensorsql: could not unregister view %s: %s", name, exc)
+        if not self.closed:  # a closed connection has nothing to release
+            _unregister_logged(self.con, name)
 
     def _after_transaction(self, clean: Callable[[str], None], name: str) -> bool:
         """Inside a transaction the user began, a clean-up waits for its end (True): a view unregistered or a
@@ -625,12 +621,8 @@ class DuckDBExecutor:
             return cur
 
     def unregister_view(self, name: str) -> None:
-        """Unregisters a view registered for one statement, a failure logged: raised in a ``finally``, it
-        would hide the statement's own error (inside the user's aborted transaction, DuckDB refuses both)."""
-        try:
-            self.con.unregister(name)
-        except duckdb.Error as exc:
-            log.warning("tensorsql: could not unregister view %s: %s", name, exc)
+        """Unregisters a view registered for one statement, a failure logged (``_unregister_logged``)."""
+        _unregister_logged(self.con, name)
 
     def read_batches(
         self, build: Callable[[], exp.Query], consume: Callable[[pa.RecordBatch], None], rows: int = 1 << 16
@@ -988,10 +980,7 @@ class DuckDBExecutor:
             return
         for k, view in enumerate(st.views):
             if view is not None and st.bound[k] is not None:
-                try:
-                    self.con.unregister(view)
-                except duckdb.Error as exc:
-                    log.warning("tensorsql: could not unregister view %s: %s", view, exc)
+                _unregister_logged(self.con, view)
         for slot in st.slots:
             if slot is not None:
                 slot.clear()
@@ -1132,10 +1121,16 @@ def _with_arrow(
         raise wrap(exc, "to_rows") from exc
     finally:
         for name in views:
-            try:
-                con.unregister(name)
-            except duckdb.Error as exc:  # raised in a finally, it would hide the statement's own error
-                log.warning("tensorsql: could not unregister view %s: %s", name, exc)
+            _unregister_logged(con, name)
+
+
+def _unregister_logged(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Unregisters view ``name``, a failure logged: raised in a ``finally`` or a clean-up, it would hide the
+    statement's own error (inside the user's aborted transaction, DuckDB refuses both)."""
+    try:
+        con.unregister(name)
+    except duckdb.Error as exc:
+        log.warning("tensorsql: could not unregister view %s: %s", name, exc)
 
 
 def _deallocate(executor_ref: weakref.ref, name: str, lane: bool = False) -> None:
