@@ -44,6 +44,7 @@ MAPS: tuple[str, ...] = (
     "sigmoid",
     "tanh",
     "softplus",
+    "rpow",
 )
 #: Other ``join`` names of a unary EinSum tensorsql builds: a transpose/diagonal/reduction, a dtype cast.
 #: (A unary EinSum's ``join`` is not checked: the planner models any element-wise function.)

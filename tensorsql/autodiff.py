@@ -22,6 +22,7 @@ The rules, for a node ``Z`` whose adjoint is ``G`` (the gradient of the loss wit
 from __future__ import annotations
 
 import itertools
+import math
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -289,6 +290,9 @@ class _Backward:
             return g * (1.0 - self.s.map(z, "square"))
         if fn == "softplus":
             return g * self.s.map(x, "sigmoid")
+        if fn == "rpow":  # d/dx b ** x = b ** x * ln b; torch's 0 for a zero base (0 * -inf would be NaN)
+            b = float(p)  # type: ignore[arg-type]
+            return g * 0.0 if b == 0.0 else g * z * (math.log(b) if b > 0 else math.nan)
         raise GradError(f"grad: no derivative for map {fn!r}")
 
     def slice(self, node: E.Slice, g: TensorRelation) -> TensorRelation:

@@ -40,6 +40,16 @@ class ShapeError(ValueError, TensorSQLError):
     """A shape, block shape or partitioning that is invalid for the tensor it describes."""
 
 
+class IndexingError(IndexError, ShapeError):
+    """An index out of bounds, too many indices, two ellipses, or an axis out of range: numpy's IndexError
+    (its AxisError is both), so ``except IndexError`` written for arrays catches it; also a ShapeError."""
+
+
+class ShapeTypeError(TypeError, ShapeError):
+    """An axis that is not an integer, or ``float()``/``int()``/``complex()`` of a relation of several
+    elements: numpy's TypeError; also a ShapeError."""
+
+
 class DTypeError(TypeError, TensorSQLError):
     """A dtype tensorsql does not support, or an operation undefined for the dtype."""
 

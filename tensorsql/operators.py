@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensorsql.dtypes import DTYPES, dtype_name
-from tensorsql.errors import EinsumError, OperatorError, RangeError, ShapeError
+from tensorsql.errors import EinsumError, IndexingError, OperatorError, RangeError, ShapeError, ShapeTypeError
 from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
@@ -160,8 +160,10 @@ def _axes(x: TensorRelation, axis: object, what: str) -> tuple[int, ...]:
     items = axis if isinstance(axis, tuple) else (axis,)
     out: list[int] = []
     for a in items:
-        if isinstance(a, bool) or not isinstance(a, numbers.Integral) or not -x.ndim <= int(a) < x.ndim:
-            raise ShapeError(f"{what}: axis {a!r} is out of range for a tensor of shape {x.shape}")
+        if isinstance(a, bool) or not isinstance(a, numbers.Integral):
+            raise ShapeTypeError(f"{what}: axis {a!r} is not an integer")
+        if not -x.ndim <= int(a) < x.ndim:
+            raise IndexingError(f"{what}: axis {a!r} is out of range for a tensor of shape {x.shape}")
         out.append(int(a) % x.ndim)
     if len(set(out)) != len(out):
         raise ShapeError(f"{what}: axis {axis!r} repeats an axis")
@@ -276,13 +278,20 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
 
 
 def rpower(x: TensorRelation, base: object) -> TensorRelation:
-    """``base ** x`` for a positive real ``base`` and a float relation: ``exp(x * ln(base))``, a map chain
-    (so ``ts.grad`` differentiates it). numpy's integer powers of an integer relation have no such chain."""
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not float(base) > 0:
-        raise OperatorError(f"**: a number ** a relation needs a positive real base, got {base!r}")
+    """``base ** x`` for a real ``base`` and a float relation: the ``rpow`` map (libm's pow, as numpy's;
+    ``ts.grad`` differentiates it). A numpy scalar base promotes as numpy 2 does (``np.float64(2) ** float32``
+    is float64); a Python number is weak. numpy's integer powers of an integer relation are not supported."""
+    if isinstance(base, np.bool_ | bool):  # numpy's: True ** float32 is float32 (a bool is no wider)
+        base = int(base)
+    if not isinstance(base, numbers.Real):
+        raise OperatorError(f"**: a number ** a relation needs a real base, got {base!r}")
     if x.dtype.kind not in "f":
         raise OperatorError(f"**: a number ** a {x.dtype} relation is not supported: cast it to float")
-    return x.session.map(x.session.map(x, "scale", math.log(float(base))), "exp")
+    if isinstance(base, np.generic):
+        want = np.result_type(x.dtype, base.dtype)
+        if want != x.dtype:
+            x = astype(x, want)
+    return x.session.map(x, "rpow", float(base))
 
 
 def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[int], list[bool]]:
@@ -291,12 +300,12 @@ def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[i
     items = list(key) if isinstance(key, tuple) else [key]
     ellipses = [i for i, k in enumerate(items) if k is Ellipsis]  # `is`: an array key has no truth value
     if len(ellipses) > 1:
-        raise ShapeError("[]: an index can only have a single ellipsis ('...')")
+        raise IndexingError("[]: an index can only have a single ellipsis ('...')")
     if ellipses:
         at = ellipses[0]
         items[at : at + 1] = [slice(None)] * (x.ndim - (len(items) - 1))
     if len(items) > x.ndim:
-        raise ShapeError(f"[]: too many indices for a tensor of shape {x.shape}: {len(items)}")
+        raise IndexingError(f"[]: too many indices for a tensor of shape {x.shape}: {len(items)}")
     items += [slice(None)] * (x.ndim - len(items))
     start: list[int] = []
     count: list[int] = []
@@ -322,7 +331,7 @@ def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[i
         else:
             i = int(k)
             if not -n <= i < n:
-                raise ShapeError(f"[]: index {i} is out of bounds for dimension {d} of size {n}")
+                raise IndexingError(f"[]: index {i} is out of bounds for dimension {d} of size {n}")
             start.append(i % n)
             count.append(1)
             step.append(1)

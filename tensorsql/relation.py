@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from sqlglot import exp
 from tensorsql import operators
 from tensorsql.backends import arrow
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError, OperatorError, ShapeError
+from tensorsql.errors import ConfigError, OperatorError, ShapeError, ShapeTypeError
 from tensorsql.ir import blocking
 from tensorsql.ir import expr as E
 
@@ -201,7 +202,8 @@ class TensorRelation:
             if x is self:
                 return op(self, y, False)
             return op(self, x, True)
-        if method == "__call__" and not kwargs and inputs == (self,) and name in operators.UNARY_UFUNCS:
+        alone = len(inputs) == 1 and inputs[0] is self  # not ``inputs == (self,)``: array == rel is lazy
+        if method == "__call__" and not kwargs and alone and name in operators.UNARY_UFUNCS:
             out = self.session.map(self, operators.UNARY_UFUNCS[name])
             with np.errstate(all="ignore"):  # numpy's result dtype (np.reciprocal of integers stays integer)
                 want = ufunc(np.ones((), dtype=self.dtype)).dtype
@@ -213,6 +215,10 @@ class TensorRelation:
             wide = "complex128" if self.dtype.kind == "c" else "float64"  # float_power: numpy's widest
             base = self if name == "power" else self.astype(wide)
             return base ** inputs[1]
+        rpower = name in ("power", "float_power") and len(inputs) == 2 and inputs[1] is self
+        number = rpower and isinstance(inputs[0], numbers.Real) and self.dtype.kind == "f"
+        if method == "__call__" and not kwargs and number:  # ``np.float64(2) ** rel``: the map's relation
+            return operators.rpower(self if name == "power" else self.astype("float64"), inputs[0])
         arrays = [i.numpy() if isinstance(i, TensorRelation) else i for i in inputs]
         return getattr(ufunc, method)(*arrays, **kwargs)
 
@@ -342,11 +348,16 @@ class TensorRelation:
 
     def _item(self, what: str) -> object:
         """The value of a relation of one element (computed), as numpy converts an array of one element;
-        any other size is a ShapeError (a ValueError, as numpy's)."""
+        any other size is numpy's TypeError (``ShapeTypeError``), for ``bool()`` its ValueError."""
         if math.prod(self.shape) != 1:
-            raise ShapeError(
-                f"{what} of a relation of shape {self.shape}: only one element converts to a Python scalar "
-                "(the truth value of several is ambiguous: use .any() or .all() on the array)"
+            if what == "bool()":
+                raise ShapeError(
+                    f"bool() of a relation of shape {self.shape}: the truth value of several elements is "
+                    "ambiguous (use .any() or .all() on the array)"
+                )
+            raise ShapeTypeError(
+                f"{what} of a relation of shape {self.shape}: only a relation of one element converts to a "
+                "Python scalar"
             )
         return self.numpy().reshape(()).item()
 

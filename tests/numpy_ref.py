@@ -44,4 +44,5 @@ MAP_REF = {
     "sigmoid": lambda x, p: _sigmoid(x),
     "tanh": lambda x, p: np.tanh(x),
     "softplus": lambda x, p: np.logaddexp(np.zeros((), x.dtype), x),  # bool -> float16, as exp
+    "rpow": lambda x, p: np.power(float(p), x),  # a weak Python float: x32 stays float32
 }

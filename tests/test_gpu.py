@@ -186,7 +186,7 @@ def test_each_block_is_copied_to_the_device_once_and_back_once(gpu):
 # --------------------------------------------------------------------------------------------------
 # maps, extended joins and aggregations, absent blocks
 # --------------------------------------------------------------------------------------------------
-PARAMS = {"pow": [-1.0, 0.5, 3.0], "scale": [-2.5]}
+PARAMS = {"pow": [-1.0, 0.5, 3.0], "scale": [-2.5], "rpow": [0.5, 3.0]}
 
 
 def _maps():

@@ -423,6 +423,8 @@ def test_numpys_reductions_on_relations(s, fn):
 
 
 def test_a_number_to_the_power_of_a_relation(s):
+    """``base ** rel`` is libm's pow (the ``rpow`` map), as numpy's: it was exp(rel * ln base), NaN for
+    ``1 ** inf`` and ``inf ** 0`` and up to 72 ulps off for ``10 ** float32``."""
     x = np.linspace(-2.0, 2.0, 7)
     X = s.from_numpy(x)
     np.testing.assert_allclose((2**X).numpy(), 2**x, rtol=1e-14)
@@ -430,8 +432,24 @@ def test_a_number_to_the_power_of_a_relation(s):
     np.testing.assert_allclose((0.5 ** s.from_numpy(x32)).numpy(), 0.5**x32, rtol=1e-6)
     (g,) = ts.grad((3**X).sum(), [X])
     np.testing.assert_allclose(g.numpy(), np.log(3) * 3**x, rtol=1e-13)
-    with pytest.raises(ts.OperatorError, match="positive real base, got -2"):
-        (-2) ** X
+    special = np.array([0.0, -0.0, 0.5, 2.0, -3.0, np.inf, -np.inf, np.nan])
+    with np.errstate(all="ignore"):
+        for base in (1.0, np.inf, -np.inf, 0.0, -2.0, 10.0, 2.0, np.nan):
+            np.testing.assert_array_equal((base ** s.from_numpy(special)).numpy(), base**special)
+    e32 = np.arange(-38, 39, dtype=np.float32)
+    got, want = (10 ** s.from_numpy(e32)).numpy(), 10**e32  # libm's powf; numpy's own SIMD pow may differ
+    assert got.dtype == np.float32 and np.all(np.abs(got - want) <= np.spacing(want))  # by an ulp, not 72
+    np.testing.assert_array_equal((2.0 ** s.from_numpy(np.arange(60.0))).numpy(), 2.0 ** np.arange(60.0))
+    wide = np.float64(2.0) ** s.from_numpy(x32)  # a numpy scalar promotes as numpy 2's does
+    assert wide.dtype == np.float64 and (True ** s.from_numpy(x32)).dtype == np.float32
+    want = np.float64(2.0) ** x32
+    assert np.all(np.abs(np.asarray(wide) - want) <= np.spacing(want))
+    want = np.float_power(3, x32)
+    assert np.all(np.abs(np.asarray(np.float_power(3, s.from_numpy(x32))) - want) <= np.spacing(want))
+    (g,) = ts.grad((0.0 ** X).sum(), [X])  # torch's: no gradient through a zero base
+    np.testing.assert_array_equal(g.numpy(), np.zeros(7))
+    with pytest.raises(ts.OperatorError, match="needs a real base, got"):
+        (1 + 2j) ** X
     with pytest.raises(ts.OperatorError, match="cast it to float"):
         2 ** s.from_numpy(np.arange(3))
     with pytest.raises(ts.OperatorError, match="param '2' is not a number"):
@@ -545,10 +563,38 @@ def test_truth_and_scalar_conversions_are_by_value(s):
     assert float(s.from_numpy(np.array([[2.5]]))) == 2.5 and int(s.from_numpy(np.array(7))) == 7
     assert complex(s.from_numpy(np.array(1.5))) == 1.5
     for shape in ((2,), (0,)):
-        with pytest.raises(ts.ShapeError, match="truth value of several is ambiguous"):
+        with pytest.raises(ts.ShapeError, match="truth value of several elements is ambiguous"):
             bool(s.from_numpy(np.ones(shape)))
-    with pytest.raises(ValueError):  # numpy's exception class
-        float(s.from_numpy(np.ones(3)))
+    for convert in (float, int, complex):  # numpy's TypeError (bool's is its ValueError)
+        with pytest.raises(ts.ShapeTypeError, match="only a relation of one element converts"):
+            convert(s.from_numpy(np.ones(3)))
+
+
+def test_index_and_axis_errors_are_numpys_classes(s):
+    """An index out of bounds was a ShapeError only (a ValueError): ``except IndexError`` missed it."""
+    x = s.from_numpy(np.zeros((7, 3)))
+    for key in (7, -8, (0, 5), (0, 0, 0)):
+        with pytest.raises(IndexError, match=r"out of bounds|too many indices") as err:
+            x[key]
+        assert isinstance(err.value, ts.ShapeError)
+    with pytest.raises(IndexError, match="single ellipsis"):
+        x[..., ...]
+    with pytest.raises(IndexError, match="axis 2 is out of range"):  # numpy's AxisError is an IndexError
+        x.sum(axis=2)
+    with pytest.raises(TypeError, match=r"axis 1\.0 is not an integer"):
+        x.sum(axis=1.0)
+
+
+def test_ufuncs_with_an_array_or_numpy_scalar_first(s):
+    """``np.maximum(array, rel)`` compared the array with the relation (``inputs == (rel,)``) and failed
+    with bool() of a relation; a numpy scalar base ** a relation too."""
+    x = np.array([0.0, 1.0, 2.0])
+    rel = s.from_numpy(x)
+    np.testing.assert_array_equal(np.maximum(x, rel), np.maximum(x, x))
+    np.testing.assert_array_equal(np.arctan2(np.float32(1), rel), np.arctan2(np.float32(1), x))
+    np.testing.assert_array_equal(np.hypot(x, rel), np.hypot(x, x))
+    got = np.float64(2.0) ** rel
+    np.testing.assert_array_equal(np.asarray(got), np.float64(2.0) ** x)
 
 
 def test_reduction_arguments_a_relation_does_not_take(s):

@@ -39,7 +39,7 @@ JOIN_REF = {
     },
 }
 AGG_REF = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
-PARAMS = {"exponent": 3.0, "factor": 2.0}
+PARAMS = {"exponent": 3.0, "factor": 2.0, "base": 1.5}
 
 DTYPES = list(udf_sink.DTYPES)  # the kernels' dtypes
 
@@ -71,9 +71,9 @@ def test_derived_lists():
     assert ops.AGGS == ("sum", "max", "min", "prod")
     assert ops.MAPS == (
         "exp", "log", "sqrt", "relu", "neg", "abs", "pow", "scale", "square", "reciprocal", "sigmoid", "tanh",
-        "softplus",
+        "softplus", "rpow",
     )  # fmt: skip
-    assert ops.FLOAT_MAPS == ("exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "softplus")
+    assert ops.FLOAT_MAPS == ("exp", "log", "sqrt", "reciprocal", "sigmoid", "tanh", "softplus", "rpow")
     assert dict(ops.AGG_FUNCS) == {
         "sum": "tensor_sum",
         "max": "tensor_max",

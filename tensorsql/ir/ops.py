@@ -194,6 +194,16 @@ OPS: tuple[Op, ...] = (
         # 0 of x's own dtype: a Python 0 made a bool x's result float64, where exp's is float16
         numpy=lambda x, p: np.logaddexp(np.zeros((), x.dtype), x),
     ),
+    Op(
+        "rpow",
+        "map",
+        1,
+        False,
+        ALWAYS,
+        "param ** x (a number to the power of a real tensor: libm's pow, as numpy's)",
+        param="base",
+        numpy=lambda x, p: np.power(float(p), x),  # a weak Python float: x32 stays float32
+    ),
 )
 
 _BY_KEY: Mapping[tuple[str, str], Op] = MappingProxyType({(op.kind, op.name): op for op in OPS})

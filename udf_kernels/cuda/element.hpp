@@ -115,6 +115,10 @@ TSK_HD inline T param_pow(T v, const MapParam<T> &p) {
 	return T(std::pow(v, p.real));
 }
 template <class T>
+TSK_HD inline T param_rpow(T v, const MapParam<T> &p) {
+	return T(std::pow(p.real, v));
+}
+template <class T>
 TSK_HD inline T param_scale(T v, const MapParam<T> &p) {
 	return v * p.real;
 }

@@ -60,7 +60,8 @@ namespace tsk {
 	X(Reciprocal, "reciprocal", kMapComplex, T(1) / v)                                                              \
 	X(Sigmoid, "sigmoid", 0, sigmoid_of(v))                                                                          \
 	X(Tanh, "tanh", kMapComplex, T(std::tanh(v)))                                                                    \
-	X(Softplus, "softplus", 0, softplus_of(v))
+	X(Softplus, "softplus", 0, softplus_of(v))                                                                       \
+	X(RPow, "rpow", kMapParam, param_rpow(v, p))
 
 // ---- scalar helpers the lists use ------------------------------------------------------------------------
 
@@ -144,6 +145,17 @@ template <class T>
 		return T(std::pow(v, p.real));
 	} else {
 		return T(std::pow(v, p.real));
+	}
+}
+
+// param ** v (a number to the power of a real tensor): libm's pow, as numpy's (exp(v * log param) loses
+// ~|v log param| ulps and gives nan for 1 ** inf).
+template <class T>
+[[gnu::always_inline]] inline T param_rpow(T v, const MapParam<T> &p) {
+	if constexpr (std::is_integral_v<T> || is_complex_v<T>) {
+		return v; // never called: the map's flags refuse integer and complex input first
+	} else {
+		return T(std::pow(p.real, v));
 	}
 }
 
