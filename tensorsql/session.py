@@ -196,6 +196,7 @@ class Session:
             return None
         statement = rw.statement
         catalog = self.executor.catalog
+        _refuse_wrapped(statement, catalog)
         dropped, others = _dropped_tensors(statement, catalog)
         if dropped:
             if others:  # DuckDB drops the plain ones first: if it fails, no tensor is gone
@@ -795,7 +796,8 @@ class Session:
         ((n,),) = local.describe(
             exp.select(exp.Count(this=exp.Star())).from_(exp.Subquery(this=probe)), "from_table"
         )[0]
-        query = wide.cells_query(src, cols, order, fill)
+        name = dtype_name(dtype)
+        query = wide.cells_query(src, cols, order, fill, name, [str(types[c][1]) for c in cols])
         return self.from_sql(
             query.sql(dialect="duckdb"), (int(n), len(cols)), block_shape, blocks, dtype=dtype
         )
@@ -969,6 +971,47 @@ def _temporary(create: exp.Create) -> bool:
         return True
     target = _created(create)
     return isinstance(target, exp.Table) and _in_temp(target)
+
+
+def _wrapped(statement: exp.Expression) -> exp.Expression | None:
+    """The statement inside ``EXPLAIN ANALYZE <it>`` (which runs it) or ``PREPARE name AS <it>`` (run by a
+    later ``EXECUTE``): sqlglot reads those as an opaque Command, which DuckDB then ran unchecked (a DELETE of
+    a tensor's rows, an UPDATE of the catalog). None for any other statement, or text sqlglot cannot read."""
+    if not isinstance(statement, exp.Command) or not isinstance(statement.expression, exp.Literal):
+        return None
+    verb, text = statement.name.upper(), statement.expression.name
+    if verb == "EXPLAIN":
+        rest = re.match(r"\s*(\(\s*[^()]*\)|ANALY[SZ]E\b)(.*)\Z", text, re.IGNORECASE | re.DOTALL)
+    elif verb == "PREPARE":
+        rest = re.match(r"\s*\S+?\s*(?:\([^()]*\))?\s+AS\b(.*)\Z", text, re.IGNORECASE | re.DOTALL)
+    else:
+        return None
+    if rest is None:
+        return None
+    inner = rest.group(rest.lastindex or 0).strip()
+    while inner.startswith("(") and inner.endswith(")"):
+        inner = inner[1:-1].strip()
+    try:
+        parsed = [s for s in sqlglot.parse(inner, read="duckdb") if s is not None]
+    except (sqlglot.errors.SqlglotError, RecursionError):
+        return None
+    return parsed[0] if len(parsed) == 1 else None
+
+
+def _refuse_wrapped(statement: exp.Expression, catalog: object) -> None:
+    """``EXPLAIN ANALYZE`` / ``PREPARE`` of a statement ``sql`` refuses on its own is refused the same way,
+    and so is a DROP of a tensor table inside one (only a DROP statement drops a tensor with its entry)."""
+    inner = _wrapped(statement)
+    if inner is None:
+        return
+    _refuse_wrapped(inner, catalog)
+    dropped, _ = _dropped_tensors(inner, catalog)
+    if dropped:
+        raise CatalogError(
+            f"{statement.name.upper()} of a DROP refused: {dropped[0]!r} is a tensor table; drop a tensor "
+            "with DROP TABLE (or drop()), which drops its catalog entry with it"
+        )
+    _refuse_writes(inner, catalog)
 
 
 def _refuse_writes(statement: exp.Expression, catalog: object) -> None:

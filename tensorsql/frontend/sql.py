@@ -139,6 +139,9 @@ class _Rewriter:
         self.temps = False
         #: stored tables named by the statement, by folded name (``prefetch``)
         self.known: dict[str, TensorRelation] = {}
+        #: the names of the statement's CTEs, folded (``prefetch``): DuckDB binds a read of such a name to the
+        #: CTE, not to the tensor table the call was planned for
+        self.ctes: set[str] = set()
 
     # -- operands ------------------------------------------------------------------------------------------
     def tensor(self, node: exp.Expression, call: exp.Expression, what: str) -> TensorRelation:
@@ -163,6 +166,7 @@ class _Rewriter:
     def prefetch(self, statement: exp.Expression) -> None:
         """The stored tables the statement's tensor functions name, looked up together (one catalog lookup
         per statement, not per operand)."""
+        self.ctes = {fold(cte.alias) for cte in statement.find_all(exp.CTE) if cte.alias}
         names: list[str] = []
         for call in statement.find_all(exp.Anonymous):
             if not _ours(call, FUNCTIONS):
@@ -181,6 +185,12 @@ class _Rewriter:
             self.known.update(self.s.tables_named(names))
 
     def table(self, name: str, call: exp.Expression, what: str) -> TensorRelation:
+        if fold(name) in self.ctes:  # the generated SQL's read of the tensor would read the CTE's rows
+            raise SQLFrontendError(
+                f"{_where(call)}: {what} {name!r} is also the name of a CTE of this statement, which DuckDB "
+                "would read in place of the tensor table; give the CTE another name (a tensor function "
+                "reads tensor tables and tensor functions, not a CTE's rows)"
+            )
         known = self.known.get(fold(name))
         if known is not None:
             return known

@@ -8,10 +8,12 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
+from tensorsql.backends.duckdb import ingest
 from tensorsql.errors import ConfigError, DTypeError
 
 #: DuckDB column types a feature may have (numbers and booleans)
@@ -128,15 +130,57 @@ def rereads(src: exp.Expression, describe: Callable[[exp.Expression, str], tuple
     return bool(views)
 
 
+def _exact(value: exp.Expression, sql_type: str, dtype: str, row: str, j: int) -> exp.Expression:
+    """A feature as the one type every feature is cast to before the UNION ALL (left to DuckDB, the union's
+    common type rounded: INTEGER beside REAL became FLOAT, BIGINT beside DOUBLE became DOUBLE, DECIMAL(10,2)
+    beside DECIMAL(38,1) lost a digit): DOUBLE for a float tensor; HUGEINT for an integer one, which holds
+    every integer and boolean exactly, a fractional value checked first (an error naming the row, as
+    ``from_sql``'s own check words it)."""
+    if np.dtype(dtype).kind not in "iu":
+        return exp.cast(value, exp.DataType.build("DOUBLE"))
+    base = sql_type.split("(")[0].strip()
+    if base in ingest.INTEGRAL or base == "BOOLEAN" or re.fullmatch(r"DECIMAL\(\d+,\s*0\)", sql_type):
+        return exp.cast(value, exp.DataType.build("HUGEINT"))
+    info = np.iinfo(dtype)
+
+    def fail(what: str) -> exp.Expression:
+        where = exp.func(
+            "concat",
+            exp.Literal.string(f"{ingest.ROW} the row with coordinates ("),
+            exp.column(row, quoted=True),
+            exp.Literal.string(f", {j}) has value "),
+            exp.cast(value.copy(), exp.DataType.build("VARCHAR")),
+            exp.Literal.string(what),
+        )
+        return exp.func("error", where)
+
+    fractional = exp.NEQ(this=value.copy(), expression=exp.func("trunc", value.copy()))  # NaN too
+    outside = exp.or_(
+        exp.LT(this=value.copy(), expression=exp.Literal.number(int(info.min))),
+        exp.GTE(this=value.copy(), expression=exp.Literal.number(int(info.max) + 1)),
+    )
+    return (
+        exp.case()
+        .when(fractional, fail(f" which {ingest.NOT_INTEGRAL} {dtype}"))
+        .when(outside, fail(f" which {ingest.OUT_OF_RANGE} {dtype} [{info.min}, {info.max}]"))
+        .else_(exp.cast(value.copy(), exp.DataType.build("HUGEINT")))
+    )
+
+
 def cells_query(
     src: exp.Expression,
     columns: list[str],
     rows_by: Sequence[str],
     fill: float | None,
+    dtype: str = "float64",
+    types: Sequence[str] | None = None,
 ) -> exp.Query:
     """``(row, feature, value)`` of every row and feature: rows numbered in ``rows_by`` order (the source's
     order without it), a NULL feature replaced by ``fill`` or stopping the statement with an error naming
-    the column and the row."""
+    the column and the row; each feature cast to one type first (``_exact``; ``types``: the features' DuckDB
+    types)."""
+    if fill is not None and np.dtype(dtype).kind in "iu" and not float(fill).is_integer():
+        raise ConfigError(f"from_table: fill={fill!r} is not an integer: the tensor's dtype is {dtype}")
     row = unused(ROW, columns)
     order = [exp.Ordered(this=exp.column(_ident(c, "rows_by"))) for c in rows_by]
     window = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=order) if order else None)
@@ -147,8 +191,13 @@ def cells_query(
     parts: list[exp.Query] = []
     for j, name in enumerate(columns):
         value: exp.Expression = exp.column(_ident(name, "a column"))
+        if types is not None:
+            value = _exact(value, types[j].upper(), dtype, row, j)
         if fill is not None:  # as a DOUBLE cast from text: NaN and infinities have no numeric literal
-            given = exp.cast(exp.Literal.string(repr(float(fill))), exp.DataType.build("DOUBLE"))
+            if np.dtype(dtype).kind in "iu":
+                given = exp.cast(exp.Literal.number(int(fill)), exp.DataType.build("HUGEINT"))
+            else:
+                given = exp.cast(exp.Literal.string(repr(float(fill))), exp.DataType.build("DOUBLE"))
             value = exp.Coalesce(this=value, expressions=[given])
         else:
             message = exp.func(
