@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -67,6 +68,14 @@ def _printable(table: pa.Table) -> pa.Table:
     return pa.table(cols, names=names) if cols else table
 
 
+def _json_number(value: object) -> object:
+    """NaN and infinities as the strings ``"NaN"``, ``"Infinity"``, ``"-Infinity"`` (``float()`` reads them
+    back): JSON has no such numbers, and Python's ``NaN`` token is refused by strict parsers."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    return value
+
+
 def print_table(table: pa.Table, out: IO[str], limit: int | None = SHOWN_ROWS) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -110,7 +119,8 @@ def write_result(result: object, args: argparse.Namespace, out: IO[str]) -> None
         pacsv.write_csv(_printable(table), sink)
         out.write(sink.getvalue().to_pybytes().decode())
     elif getattr(args, "json", False):
-        out.write(json.dumps(_printable(table).to_pylist(), default=str) + "\n")
+        rows = [{k: _json_number(v) for k, v in row.items()} for row in _printable(table).to_pylist()]
+        out.write(json.dumps(rows, default=str, allow_nan=False) + "\n")
     else:
         print_table(table, out)
 
@@ -283,14 +293,37 @@ class Shell:
                     return
                 continue
             buffer.append(line)
-            text = "\n".join(buffer).strip()
-            if text.endswith(";"):
+            statements = _complete("\n".join(buffer))
+            if statements is not None:
                 buffer = []
-                statement = text.rstrip(";").strip()
-                if statement:
+                for statement in statements:
                     self.run(statement)
         if buffer and "\n".join(buffer).strip():
             self.run("\n".join(buffer).strip().rstrip(";"))
+
+
+def _complete(text: str) -> list[str] | None:
+    """The statements of ``text`` when it ends with a ``;`` that ends a statement (not one in a string, a
+    quoted name or a comment), split at each such ``;``; None while a statement is still being typed (the
+    shell reads another line). A line ending in ``;`` inside a string cut the string in two."""
+    import sqlglot
+    from sqlglot.errors import TokenError
+    from sqlglot.tokens import TokenType
+
+    try:
+        tokens = sqlglot.tokenize(text, read="duckdb")
+    except TokenError:  # an open string, quoted name or comment: the statement goes on
+        return None
+    if not tokens or tokens[-1].token_type != TokenType.SEMICOLON:
+        return None
+    out, start = [], 0
+    for tok in tokens:
+        if tok.token_type == TokenType.SEMICOLON:
+            piece = text[start : tok.start].strip()
+            if piece:
+                out.append(piece)
+            start = tok.end + 1
+    return out
 
 
 def cmd_shell(args: argparse.Namespace, out: IO[str]) -> int:

@@ -203,3 +203,41 @@ def test_duplicate_column_names_and_an_interrupt(db, monkeypatch, capsys):
 def _with_run(args, fn):
     args.run = fn
     return args
+
+
+def test_json_has_no_nan_tokens(db):
+    """``--json`` wrote Python's NaN and Infinity tokens, which strict JSON parsers refuse."""
+    path, _ = db
+    query = "SELECT 'nan'::DOUBLE AS x, 'inf'::DOUBLE AS y, '-inf'::DOUBLE AS z, 0.5 AS w"
+    _, out = run("sql", path, query, "--json")
+
+    def refuse(token: str) -> None:
+        raise ValueError(token)
+
+    (row,) = json.loads(out, parse_constant=refuse)
+    assert row == {"x": "NaN", "y": "Infinity", "z": "-Infinity", "w": "0.5"}
+
+
+def test_the_shell_splits_statements_at_their_own_semicolons():
+    """A line ending in ``;`` ended the statement even inside a string or a comment, and two statements on
+    one line ran as one text (refused: 'this text has 2')."""
+    out = io.StringIO()
+    with ts.connect() as s:
+        shell = cli.Shell(s, out)
+        typed = ["SELECT 'a;", "b' AS x;", "-- a note;", "SELECT 1 AS one; SELECT 2 AS two;"]
+        lines = iter([*typed, "SELECT 3 AS", "three"])
+
+        def read(_prompt: str) -> str:
+            try:
+                return next(lines)
+            except StopIteration:
+                raise EOFError from None
+
+        shell.loop(read)
+    text = out.getvalue()
+    assert "Error" not in text, text
+    for want in ("a;", "one", "two", "three"):
+        assert want in text
+    assert text.count("1 row") == 4
+    assert cli._complete("SELECT 1 /* ; */") is None and cli._complete("SELECT '") is None
+    assert cli._complete("SELECT 1; SELECT ';';") == ["SELECT 1", "SELECT ';'"]

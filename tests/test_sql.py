@@ -368,6 +368,9 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
         s.save(s.from_numpy(x, block_shape=(1, 2, 3)), "X3")
         s.save(s.from_numpy(np.array([2**40 + 1, -5], dtype=np.int64)), "ints")
         s.save(s.from_numpy(np.array(2.5, dtype=np.float32)), "scalar")
+        s.save(s.from_numpy(np.arange(3.0)), "x.y")
+        s.save(s.from_numpy(np.arange(2.0)), 'a"b')
+        s.execute("CREATE TABLE plain AS SELECT 1 AS k0, 'x'::BLOB AS tensor")
     con = duckdb.connect(path, config={"allow_unsigned_extensions": "true"})
     try:
         udf_kernels.load(con)
@@ -383,6 +386,12 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
             (float(x[1].sum()),)
         ]
         assert con.sql("SELECT * FROM tensor_cells('scalar')").fetchall() == [([], 2.5)]  # 0-d: no index
+        # names with a dot or a quote, bare or quoted (they read no catalog row: zero rows, no error)
+        for name, total in (("x.y", 3.0), ('"x.y"', 3.0), ('a"b', 1.0), ('"a""b"', 1.0), ('"X3"', 108.0)):
+            assert con.execute("SELECT sum(value) FROM tensor_cells(?)", [name]).fetchall() == [(total,)]
+        for name in ("main.X3", "plain", "nope"):  # not a tensor of this database: an error, not no rows
+            with pytest.raises(duckdb.Error, match=r"is not a tensor table|does not exist"):
+                con.execute("SELECT count(*) FROM tensor_cells(?)", [name]).fetchall()
     finally:
         con.close()
     with ts.connect(path) as s:

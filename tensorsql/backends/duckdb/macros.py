@@ -19,17 +19,30 @@ NAME = "tensor_cells"
 #: a constant statement (no user data in it): the macro's definition
 TENSOR_CELLS = """
 CREATE OR REPLACE MACRO tensor_cells(tensor_table) AS TABLE
-WITH meta AS (
+WITH ts_unquoted AS (
+    -- the tensor's name as the catalog holds it: '"x.y"' (quoted, as a name with a dot must be) is x.y
+    SELECT CASE
+        WHEN len(tensor_table) >= 2 AND starts_with(tensor_table, '"') AND ends_with(tensor_table, '"')
+        THEN replace(tensor_table[2:-2], '""', '"')
+        ELSE tensor_table
+    END AS bare
+), meta AS (
     SELECT CAST(shape AS BIGINT[]) AS shp, CAST(block_shape AS BIGINT[]) AS bs, dtype
-    FROM tensorsql_catalog, (
-        SELECT translate(tensor_table, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
-            AS ascii_fold
-    )
-    WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz') = ascii_fold
+    FROM tensorsql_catalog, ts_unquoted
+    WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+        = translate(bare, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
+), found AS (
+    -- no catalog row (a schema-qualified name, a plain table): an error, not zero rows
+    SELECT CASE WHEN count(*) = 1 THEN 1 ELSE CAST(error(concat(
+        'tensor_cells: ', tensor_table, ' is not a tensor table of this database (name it as saved, ',
+        'in double quotes if the name has a dot or a quote: tensor_cells(''"x.y"''))'
+    )) AS INTEGER) END AS ok
+    FROM meta
 ), grid_size AS (
     SELECT shp, bs, dtype,
         list_transform(range(len(shp)), lambda d: greatest(1, (shp[d + 1] + bs[d + 1] - 1) // bs[d + 1])) AS n
-    FROM meta
+    FROM meta, found
+    WHERE found.ok = 1
 ), ts_grid AS (
     -- every block of the grid, the pad last: a block the table leaves out is zeros, and so are its cells
     SELECT list_append(
@@ -43,7 +56,10 @@ WITH meta AS (
 ), blocks AS (
     -- the key columns in order, then a pad (so a 0-d tensor, which has no keys, still gives a list)
     SELECT CAST(list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS BIGINT[]) AS keys, tensor
-    FROM query_table(tensor_table), (SELECT -1 AS __ts_pad)
+    FROM query_table(CASE
+        WHEN starts_with(tensor_table, '"') THEN tensor_table
+        ELSE concat('"', replace(tensor_table, '"', '""'), '"')
+    END), (SELECT -1 AS __ts_pad)
 ), extents AS (
     SELECT
         ts_grid.keys AS keys, bs, dtype, tensor,
@@ -79,8 +95,9 @@ FROM cells
 
 #: a word of the current definition: a database holding an older one gets this one on its next save (names
 #: match as DuckDB's table names do, ASCII letters in any case: its ``lower`` folded every letter, and a
-#: tensor 'Äx' read 'äx''s catalog row too; the cells of a block a table leaves out were left out)
-MARKER = "ts_grid"
+#: tensor 'Äx' read 'äx''s catalog row too; the cells of a block a table leaves out were left out; a name
+#: with a dot or a quote, or a schema-qualified one, read no catalog row: zero rows, no error)
+MARKER = "ts_unquoted"
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
