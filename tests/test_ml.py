@@ -790,3 +790,56 @@ def test_tables_named_like_query_words_are_tables(s):
     for name in ("withdrawals", "values2", "fromage"):
         table(s, name, {"a": np.array([1.0, 2.0]), "y": np.array([0, 1], np.int32)})
         assert ml.fit(ml.LogisticRegression(s, 1), name, ["a"], "y", epochs=1, progress=False).losses
+
+
+def test_checkpoint_refusals_leave_the_model_alone_and_a_finished_resume_holds_its_weights(s, separable):
+    """A fit refused for a checkpoint of more epochs had already set the model's weights and the optimizer's
+    state from it; a resume with nothing left to train left the model reading the checkpoint's tables
+    (dropped with the checkpoint, the model could not be saved); a progress table fit did not write was
+    altered, or raised KeyError/JSONDecodeError (a probe)."""
+    feats = ["f0", "f1", "f2", "f3"]
+
+    def run(model, opt, epochs, ck):
+        return ml.fit(model, "points", feats, "label", epochs=epochs, batch_size=400, optimizer=opt,
+                      checkpoint=ck, progress=False)  # fmt: skip
+
+    run(ml.LogisticRegression(s, 4, dtype="float64"), ml.Adam(0.1), 3, "ckr")
+    model, opt = ml.LogisticRegression(s, 4, dtype="float64"), ml.Adam(0.1)
+    with pytest.raises(ts.ConfigError, match="holds 3 epochs, more than epochs=2"):
+        run(model, opt, 2, "ckr")
+    np.testing.assert_array_equal(model.weights()["W"], np.zeros(4))
+    assert opt.steps == 0 and not opt.state
+    again = ml.LogisticRegression(s, 4, dtype="float64")
+    hist = run(again, ml.Adam(0.1), 3, "ckr")  # nothing left: the weights read into memory
+    assert hist.ran == 0 and hist.resumed_after == 3
+    weights = again.weights()["W"]
+    for name in [t for t in s.tables() if t.lower().startswith("ckr__")]:
+        s.drop(name)
+    again.save("ckr_model")  # it read the dropped tables before
+    np.testing.assert_array_equal(ml.load(s, "ckr_model").weights()["W"], weights)
+    s.execute("CREATE OR REPLACE TABLE job__progress AS SELECT 'load' AS task, 1.0 AS pct")
+    with pytest.raises(ts.ConfigError, match="'job__progress' is not the progress table of a checkpoint"):
+        run(ml.LogisticRegression(s, 4), ml.SGD(0.1), 1, "job")
+    assert [c for (c,) in s.execute("SELECT column_name FROM information_schema.columns "
+                                    "WHERE table_name = 'job__progress'")] == ["task", "pct"]  # fmt: skip
+    assert not any(t.lower().startswith("job__e") for t in s.tables())
+    run(ml.LogisticRegression(s, 4), ml.SGD(0.1), 1, "ckd")
+    for damage, match in (("losses = 'n/a'", "losses 'n/a'"), ("epoch = NULL", "epoch None")):
+        s.execute(f"UPDATE ckd__progress SET {damage}")
+        with pytest.raises(ts.ConfigError, match=f"checkpoint 'ckd' is damaged \\({match}"):
+            run(ml.LogisticRegression(s, 4), ml.SGD(0.1), 2, "ckd")
+
+
+def test_fit_reads_wide_integers_and_decimals_as_doubles(s):
+    """UHUGEINT 2**128 - 1 came through Arrow as decimal128(38, 0), wrapped to -1: trained as a label of -1
+    with no error (a probe); wide DECIMALs came as Python objects past the finiteness check."""
+    big = 2**128 - 1
+    s.execute(f"CREATE OR REPLACE TABLE huge AS SELECT 1.0 AS a, {big}::UHUGEINT AS y, 2.5::DECIMAL(38,1) d")
+    model = ml.LinearRegression(s, 1, dtype="float64")
+    h = ml.fit(model, "huge", ["a"], "y", epochs=1, batch_size=1, optimizer=ml.SGD(0.1), progress=False)
+    np.testing.assert_allclose(h.losses, [float(big) ** 2], rtol=1e-12)
+    model = ml.LinearRegression(s, 1, dtype="float64")
+    h = ml.fit(model, "SELECT d, 0.0 AS y FROM huge", ["d"], "y", epochs=1, batch_size=1, progress=False)
+    np.testing.assert_allclose(h.losses, [0.0])
+    with pytest.raises(ts.DTypeError, match="column 'y' has type VARCHAR; the label must be numeric"):
+        ml.fit(model, "SELECT d, 'x' AS y FROM huge", ["d"], "y", epochs=1, progress=False)

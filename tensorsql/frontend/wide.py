@@ -227,14 +227,14 @@ def cells_query(
     )
 
 
-def check_types(description: list[tuple], columns: list[str], caller: str = "from_table") -> None:
-    """Every feature numeric or boolean (DTypeError naming the column otherwise)."""
+def check_types(
+    description: list[tuple], columns: list[str], caller: str = "from_table", role: str = "a feature"
+) -> None:
+    """Every feature (or the label: ``role``) numeric or boolean (DTypeError naming the column otherwise)."""
     for name, typ in zip(columns, [str(d[1]).upper() for d in description], strict=True):
         base = typ.split("(")[0].strip()
         if base not in NUMERIC:
-            raise DTypeError(
-                f"{caller}: column {name!r} has type {typ}; a feature must be numeric or BOOLEAN"
-            )
+            raise DTypeError(f"{caller}: column {name!r} has type {typ}; {role} must be numeric or BOOLEAN")
 
 
 __all__ = ["cells_query", "check_types", "rereads", "source", "table_ref", "unused"]

@@ -71,6 +71,18 @@ def _col(name: str) -> exp.Column:
     return exp.Column(this=_ident(name))
 
 
+#: DuckDB types read as DOUBLE: Arrow gets HUGEINT, UHUGEINT and DECIMAL as decimal128(38, s), which wraps
+#: past 38 digits (UHUGEINT 2**128 - 1 arrived as -1) and becomes Python objects (no finiteness check)
+_AS_DOUBLE = ("HUGEINT", "UHUGEINT", "DECIMAL")
+
+
+def _value(name: str, wide_columns: frozenset[str]) -> exp.Expression:
+    """A feature or label column as ``fit`` reads it (``_AS_DOUBLE``)."""
+    if name in wide_columns:
+        return exp.alias_(exp.cast(_col(name), exp.DataType.build("DOUBLE")), _ident(name))
+    return _col(name)
+
+
 def fit(
     model: Model,
     source: str,
@@ -146,7 +158,11 @@ def fit(
         if label in feats:
             raise ConfigError(f"fit: the label {label!r} is also among the features")
         types = {str(d[0]): d for d in described}
-        wide.check_types([types[c] for c in [*feats, label]], [*feats, label], "fit")
+        wide.check_types([types[c] for c in feats], feats, "fit")
+        wide.check_types([types[label]], [label], "fit", role="the label")
+        as_double = frozenset(
+            c for c in [*feats, label] if str(types[c][1]).upper().split("(")[0].strip() in _AS_DOUBLE
+        )
         if len(feats) != model.n_features:
             raise ConfigError(f"fit: {len(feats)} feature columns for a model of {model.n_features} features")
         ((n,),) = local.query(exp.select(exp.Count(this=exp.Star())).from_(exp.Subquery(this=probe)), "fit")
@@ -156,24 +172,19 @@ def fit(
         history = History()
         start = 0
         if ck is not None:
-            saved = ck.restore(model, optimizer)
+            saved = ck.restore(model, optimizer, epochs)
             if saved is not None:
                 start, history.losses = saved
                 history.resumed_after = start
-                if start > epochs:  # it returned the later epoch's weights as if it had trained to `epochs`
-                    raise ConfigError(
-                        f"fit: checkpoint {checkpoint!r} holds {start} epochs, more than epochs={epochs}: "
-                        "ask for at least as many, or give a new checkpoint name"
-                    )
         batches = math.ceil(n / batch_size)
         row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
         chunk = batch_size * max(1, READ_BYTES // (row_bytes * batch_size))  # whole batches per read
         if cache is None:  # what the cache holds: the features, the labels, a hash and a row number per row
             cache = n * (row_bytes + 16) <= CACHE_BYTES
         rows: _Rows = (
-            _Cached(local, probe, feats, label, model, n, batch_size)  # a batch per gather: it stays in cache
+            _Cached(local, probe, feats, label, model, n, batch_size, as_double)  # a gather per batch
             if cache
-            else _Streamed(local, probe, feats, label, model, n, chunk)
+            else _Streamed(local, probe, feats, label, model, n, chunk, as_double)
         )
         bar = _Progress(progress, (epochs - start) * batches)
         stepper = Stepper(model, optimizer)
@@ -355,7 +366,15 @@ class _Cached(_Rows):
     the read holds one batch of the source's own columns besides the cache."""
 
     def __init__(
-        self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, n: int, chunk: int
+        self,
+        local: object,
+        probe: exp.Query,
+        feats: list[str],
+        label: str,
+        model: Model,
+        n: int,
+        chunk: int,
+        as_double: frozenset[str] = frozenset(),
     ) -> None:
         self.local, self.chunk = local, chunk
         self.threads = int(getattr(local, "threads", getattr(local, "workers", 1)) or 1)
@@ -366,7 +385,8 @@ class _Cached(_Rows):
         src = exp.Subquery(this=probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         columns = [*feats, label]
         hashed = wide.unused(_HASH, columns)
-        query = exp.select(*[_col(c) for c in columns], exp.alias_(_row_hash(columns), hashed, quoted=True))
+        values = [_value(c, as_double) for c in columns]
+        query = exp.select(*values, exp.alias_(_row_hash(columns), hashed, quoted=True))
         self.x = np.empty((n, len(feats)), dtype=model.dtype)
         ys: list[np.ndarray] = []
         hashes: list[pa.Array] = []
@@ -481,10 +501,19 @@ class _Streamed(_Rows):
     _ts_pos)`` and reads it back ``chunk`` rows per query (whole batches)."""
 
     def __init__(
-        self, local: object, probe: exp.Query, feats: list[str], label: str, model: Model, n: int, chunk: int
+        self,
+        local: object,
+        probe: exp.Query,
+        feats: list[str],
+        label: str,
+        model: Model,
+        n: int,
+        chunk: int,
+        as_double: frozenset[str] = frozenset(),
     ) -> None:
         self.local, self.probe, self.model = local, probe, model
         self.feats, self.label, self.n, self.chunk = feats, label, n, chunk
+        self.as_double = as_double
         self.table: str | None = None
 
     def epoch(self, seed: int, epoch: int, then: int | None = None) -> Batches:
@@ -497,7 +526,8 @@ class _Streamed(_Rows):
             expression=exp.Literal.number(1),
         )
         at = wide.unused(_POS, columns)
-        rows = exp.select(*[_col(c) for c in columns], exp.alias_(number, at, quoted=True)).from_(
+        values = [_value(c, self.as_double) for c in columns]
+        rows = exp.select(*values, exp.alias_(number, at, quoted=True)).from_(
             exp.Subquery(this=self.probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         )
         create = exp.Create(
@@ -580,28 +610,71 @@ class Checkpoint:
 
     def _row(self) -> dict[str, object] | None:
         """The progress row by column, None when there is none. The table is looked up, never read on the
-        chance: inside the user's transaction a failed read aborts it (the user's writes were lost)."""
+        chance: inside the user's transaction a failed read aborts it (the user's writes were lost). A
+        table (or view) of that name that a checkpoint did not write, or a damaged row, is a ConfigError
+        before anything is trained or written (a user's ``job__progress`` table was altered, then failed
+        the first save; a damaged row raised KeyError or JSONDecodeError)."""
         local = self.s.local_executor
         if not local.has_table(self.progress.name):
             return None
         rows, described = local.describe(exp.select(exp.Star()).from_(self.progress.copy()), "fit")
+        got = {str(d[0]).lower(): str(d[1]).upper() for d in described}
+        want = {"epoch": "INTEGER", "steps": "INTEGER", "losses": "VARCHAR"}
+        extra = set(got) - {*want, "setup"}
+        if any(got.get(c) != t for c, t in want.items()) or extra or got.get("setup", "VARCHAR") != "VARCHAR":
+            raise ConfigError(
+                f"fit: checkpoint {self.name!r}: {self.progress.name!r} is not the progress table of a "
+                f"checkpoint (its columns: {', '.join(f'{c} {t}' for c, t in got.items())}); give another "
+                "checkpoint name"
+            )
         if not rows:
             return None
+        if len(rows) != 1:
+            raise self._damaged(f"{len(rows)} progress rows")
         return {str(d[0]).lower(): v for d, v in zip(described, rows[0], strict=True)}
 
-    def _epoch(self) -> int | None:
-        row = self._row()
-        return None if row is None else int(row["epoch"])  # type: ignore[call-overload]
+    def _damaged(self, what: str) -> ConfigError:
+        return ConfigError(
+            f"fit: checkpoint {self.name!r} is damaged ({what} in {self.progress.name!r}): drop its tables "
+            "to start over, or give another checkpoint name"
+        )
 
-    def restore(self, model: Model, optimizer: Optimizer) -> tuple[int, list[float]] | None:
-        """The saved epoch and losses, with the model's weights and the optimizer's state set from them;
-        None when nothing was saved yet."""
+    def _progress(self) -> tuple[int, int, list[float], object] | None:
+        """(epoch, optimizer steps, losses, setup) of the progress row, checked; None when there is none."""
         row = self._row()
         if row is None:
             return None
-        epoch, steps = int(row["epoch"]), int(row["steps"])  # type: ignore[call-overload]
-        losses = json.loads(str(row["losses"]))
-        written = row.get("setup")  # a checkpoint written before the setup was kept: its tables to go by
+        epoch, steps = row["epoch"], row["steps"]
+        if not isinstance(epoch, int) or not isinstance(steps, int) or epoch < 1 or steps < 0:
+            raise self._damaged(f"epoch {epoch!r}, steps {steps!r}")
+        try:
+            losses = json.loads(str(row["losses"]))
+        except ValueError:
+            losses = None
+        if not isinstance(losses, list) or len(losses) != epoch:
+            raise self._damaged(f"losses {row['losses']!r}")
+        if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in losses):
+            raise self._damaged(f"losses {row['losses']!r}")
+        return epoch, steps, [float(v) for v in losses], row.get("setup")
+
+    def _epoch(self) -> int | None:
+        found = self._progress()
+        return None if found is None else found[0]
+
+    def restore(self, model: Model, optimizer: Optimizer, epochs: int) -> tuple[int, list[float]] | None:
+        """The saved epoch and losses, with the model's weights and the optimizer's state set from them (read
+        into memory: the model never reads the checkpoint's tables, which a later epoch drops); None when
+        nothing was saved yet. Checked before any of it is set: a checkpoint of more epochs than ``epochs``
+        is a ConfigError (the refused fit had changed the model and the optimizer)."""
+        found = self._progress()
+        if found is None:
+            return None
+        epoch, steps, losses, written = found
+        if epoch > epochs:  # it returned the later epoch's weights as if it had trained to `epochs`
+            raise ConfigError(
+                f"fit: checkpoint {self.name!r} holds {epoch} epochs, more than epochs={epochs}: ask for at "
+                "least as many, or give a new checkpoint name"
+            )  # a checkpoint written before the setup was kept: its tables to go by
         if isinstance(written, str):
             want = _setup(model, optimizer)
             got = json.loads(written)
@@ -620,15 +693,22 @@ class Checkpoint:
                 f"for another model or optimizer than this {model.kind} with {type(optimizer).__name__} "
                 "(give another checkpoint name, or drop its tables to start over)"
             )
+        s = self.s
+
+        def read(table: str) -> TensorRelation:
+            return s.from_numpy(s.table(table).numpy())
+
+        params = [read(tables[f"param:{k}"]) for k in model.names]
+        state = [
+            {st: read(tables[f"state:{i}:{st}"]) for st in optimizer.state_names}
+            for i in range(len(model.names))
+        ]
         try:
-            model.set_params([self.s.table(tables[f"param:{k}"]) for k in model.names])
+            model.set_params(params)
         except (ShapeError, DTypeError) as exc:
             raise ConfigError(f"fit: checkpoint {self.name!r} does not fit this model: {exc}") from exc
         optimizer.steps = steps
-        optimizer.state = [
-            {st: self.s.table(tables[f"state:{i}:{st}"]) for st in optimizer.state_names}
-            for i in range(len(model.names))
-        ]
+        optimizer.state = state
         return epoch, losses
 
 
