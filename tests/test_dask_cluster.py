@@ -494,6 +494,57 @@ def test_dask_errors_of_a_lost_cluster_are_typed(cs):
             raise exc
 
 
+def test_a_closed_client_or_a_lost_scheduler_is_a_worker_lost_error(cs):
+    """A session over a Client closed by its owner raised AttributeError ('NoneType' object has no attribute
+    'ncores') from every call; a scheduler gone before a call, OSError or CommClosedError (a probe)."""
+    attached = ts.connect(cluster=cs.client, progress=False)
+    try:
+        x = np.arange(12.0).reshape(3, 4)
+        A = attached.from_numpy(x)
+        np.testing.assert_array_equal(A.sum(0).numpy(), x.sum(0))
+        attached.executor.client = distributed.Client(cs.client.scheduler.address, set_as_default=False)
+        attached.executor.client.close()  # as if its owner closed it
+        for call in (lambda: A.sum(0).numpy(), lambda: attached.from_numpy(x), lambda: attached.p):
+            with pytest.raises(ts.WorkerLostError, match="Dask client was closed"):
+                call()
+    finally:
+        attached.executor.client = cs.client  # the shared cluster's own client, left running
+        attached.close()
+
+
+def test_queries_on_several_threads_each_show_their_own_progress(cs, monkeypatch):
+    """One list of the last run for all threads: a thread's run reset another's reports, whose progress
+    ended on 'stages 0/1, parts 0/2' or 'parts 0/0' (a probe)."""
+    import io
+    import threading
+
+    stream = io.StringIO()
+    monkeypatch.setattr(cs.executor, "progress", True)
+    monkeypatch.setattr(DX.sys, "stderr", stream)
+    a = np.random.default_rng(3).standard_normal((96, 96))
+    A = cs.from_numpy(a, block_shape=(48, 48))
+    errors: list[BaseException] = []
+
+    def query(i: int) -> None:
+        try:
+            np.testing.assert_allclose((A * float(i) @ A).numpy(), (a * i) @ a, rtol=1e-10, atol=1e-10)
+            assert all(st.fed is not None for st in cs.executor.last_run)  # this thread's own run
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=query, args=(i,)) for i in range(1, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    ends = [line.rsplit("\r", 1)[-1] for line in stream.getvalue().splitlines() if line.strip()]
+    assert len(ends) == 4
+    for line in ends:
+        done, total = line.split("parts ")[1].split(",")[0].split("/")
+        assert done == total != "0", line
+
+
 def test_explain_counts_the_bytes_each_stage_read_from_other_workers(cs):
     rng = np.random.default_rng(6)
     x, y = rng.standard_normal((64, 64)), rng.standard_normal((64, 64))

@@ -348,7 +348,9 @@ class DaskExecutor:
         self._rels: dict[str, DistRel] = {}
         self._budget: int | None = None
         #: the stages of the last run (``last_run``: counted when first read)
-        self._last_run: list[StageReport] = []
+        #: each thread's last run (``_last_run``): queries running at once on several threads each show and
+        #: report their own stages (one list for all reset another thread's progress to "parts 0/0")
+        self._runs = threading.local()
         self._token = uuid.uuid4().hex
         #: per plan, the SQL of its stages' tasks (``_Run.sql``): a plan run again sends the same text
         self._sql: weakref.WeakKeyDictionary[Plan, dict[tuple, dict[tuple, str]]] = (
@@ -360,6 +362,14 @@ class DaskExecutor:
             self.local.close()
             raise ConfigError(f"cannot set up tensorsql on the Dask workers: {exc}") from exc
 
+    @property
+    def _last_run(self) -> list[StageReport]:
+        return getattr(self._runs, "reports", [])
+
+    @_last_run.setter
+    def _last_run(self, reports: list[StageReport]) -> None:
+        self._runs.reports = reports
+
     # -- the cluster ------------------------------------------------------------------------------------
     def _key(self, what: str) -> str:
         """A task's key, unique on the cluster (other clients may share it): this executor's random token and
@@ -370,7 +380,15 @@ class DaskExecutor:
         """{address: threads} of the workers now, asked of the scheduler (the Client's cached
         ``scheduler_info`` can lag behind, even show none); a cluster with none for ``WORKER_WAIT`` seconds
         is a ConfigError."""
-        workers = self.client.nthreads()
+        if self.client.status in ("closing", "closed"):  # its scheduler attribute is None: AttributeError
+            raise WorkerLostError(
+                "the session's Dask client was closed (s.client.close(), or by the owner of the Client given "
+                "as cluster=): connect again"
+            )
+        try:
+            workers = self.client.nthreads()
+        except (OSError, distributed.comm.CommClosedError, RuntimeError, AttributeError) as exc:
+            raise WorkerLostError(f"lost the connection to the Dask scheduler: {exc}") from exc
         if not workers:
             try:
                 self.client.wait_for_workers(1, timeout=WORKER_WAIT)
