@@ -529,7 +529,7 @@ def test_queries_on_several_threads_each_show_their_own_progress(cs, monkeypatch
         try:
             np.testing.assert_allclose((A * float(i) @ A).numpy(), (a * i) @ a, rtol=1e-10, atol=1e-10)
             assert all(st.fed is not None for st in cs.executor.last_run)  # this thread's own run
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=query, args=(i,)) for i in range(1, 5)]
