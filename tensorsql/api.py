@@ -7,6 +7,7 @@ import operator
 import os
 import threading
 from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 import numpy as np
 import opt_einsum
@@ -24,6 +25,7 @@ from tensorsql.errors import (
     EinsumError,
     EinsumTypeError,
     OutputError,
+    SessionClosedError,
     ShapeError,
 )
 from tensorsql.frontend import numpy as frontend
@@ -192,6 +194,22 @@ def default_session() -> Session:
         if _default is None or _default.closed:
             _default = connect()
         return _default
+
+
+_T = TypeVar("_T")
+
+
+def _on_default(run: Callable[[Session], _T]) -> _T:
+    """``run(default_session())``; once more on a new default session when the one it got was closed
+    meanwhile: another thread's ``close()`` between the lookup and the call made the call fail with
+    SessionClosedError (nothing of it had run: its first step needs the open session)."""
+    s = default_session()
+    try:
+        return run(s)
+    except SessionClosedError:
+        if not s.closed:
+            raise
+        return run(default_session())
 
 
 _CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
@@ -414,12 +432,15 @@ def einsum(
     else:
         it = iter(cast)
         call_args = [next(it) if i % 2 == 0 and i < 2 * len(cast) else a for i, a in enumerate(args)]
-    s = default_session()
     key = _call_key(_spec_of(args), cast, optimize, join, agg)
-    # computed right away, so the operands' memory can be borrowed instead of copied (numpy.einsum reads
-    # its operands while they could change too)
-    entry = _entry(s, call_args, key, optimize=optimize, join=join, agg=agg)
-    res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
+
+    def run(s: Session) -> tuple[np.ndarray, Entry]:
+        # computed right away, so the operands' memory can be borrowed instead of copied (numpy.einsum reads
+        # its operands while they could change too)
+        entry = _entry(s, call_args, key, optimize=optimize, join=join, agg=agg)
+        return s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True))), entry  # type: ignore[arg-type]
+
+    res, entry = _on_default(run)
     sub = entry.extra if isinstance(entry.extra, Subscripts) else _parsed(call_args)
     return _finish(res, final, carrier, out, lambda r: _layout(r, order, sub, arrays))
 
@@ -615,16 +636,19 @@ def _apply(x: object, fn: str, param: float | None = None) -> object:
     arr = as_array(x, fn)
     final = np.dtype(ops.map_dtype(fn, arr.dtype.name, ops.check_map(fn, param)))
     arr = arr.astype(carrier_dtype(arr.dtype), copy=False)
-    s = default_session()
     opt = hashable(param)
     key = None if opt is None else ("map", fn, opt, arr.shape, arr.dtype.str)
-    entry = s.plans.get(key) if key is not None else None
-    if entry is None:  # the array is an operand of the plan (lent to the query), planned once per shape
-        leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name="x")
-        entry = Entry((leaf,), s.map(TensorRelation(s, leaf, {leaf: arr}), fn, param).plan())
-        if key is not None:
-            s.plans.put(key, entry)
-    out = s.value(entry.plan, {entry.leaves[0]: arr})  # type: ignore[dict-item]
+
+    def run(s: Session) -> np.ndarray:
+        entry = s.plans.get(key) if key is not None else None
+        if entry is None:  # the array is an operand of the plan (lent to the query), planned once per shape
+            leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name="x")
+            entry = Entry((leaf,), s.map(TensorRelation(s, leaf, {leaf: arr}), fn, param).plan())
+            if key is not None:
+                s.plans.put(key, entry)
+        return s.value(entry.plan, {entry.leaves[0]: arr})  # type: ignore[dict-item]
+
+    out = _on_default(run)
     if out.dtype != final:  # float16 overflows to inf as numpy's float16 result does: no warning
         with np.errstate(over="ignore"):
             out = (out != 0) if final == np.bool_ else out.astype(final)

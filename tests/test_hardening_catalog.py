@@ -408,6 +408,31 @@ def test_a_closed_default_session_is_replaced_for_every_function(call):
     assert not ts.default_session().closed
 
 
+def test_a_call_whose_default_session_another_thread_closes_runs_on_the_next_one(monkeypatch):
+    """The window between a call's lookup of the default session and its first step: another thread's
+    close() there made the call fail with SessionClosedError (one failure per close, a probe)."""
+    from tensorsql import api
+
+    a = RNG.standard_normal((5, 5))
+    real = api.default_session
+    closed = []
+
+    def lookup():  # the session is closed right after this call looked it up
+        s = real()
+        if not closed:
+            closed.append(s)
+            s.close()
+        return s
+
+    for call in (lambda: ts.einsum("ij,jk->ik", a, a), lambda: ts.exp(a)):
+        closed.clear()
+        monkeypatch.setattr(api, "default_session", lookup)
+        got = call()
+        monkeypatch.undo()
+        assert closed and closed[0].closed
+        np.testing.assert_allclose(got, call(), rtol=0, atol=0)
+
+
 def test_a_contract_expression_built_before_the_default_session_closed_still_runs():
     a = RNG.standard_normal((4, 4))
     expr = ts.contract_expression("ij,jk->ik", a.shape, a.shape)
