@@ -448,7 +448,7 @@ def _baseline_row(e: EinSum, p: int, strategy: str, max_block: int | None = None
     if L == 0 or (strategy == "none" and (max_block is None or block_elements(e, ones)[0] <= max_block)):
         return ones
     D = _domain(e, 1 if strategy == "none" else p, max_block)
-    q = int(D[0].prod())
+    q = math.prod(int(v) for v in D[0])  # Python ints: 2**50 x 2**50 parts wrapped int64
     ix = _index(e)
     out = list(dict.fromkeys(ix.out)) or [0]
     rest = [i for i in range(L) if i not in out]
@@ -530,8 +530,9 @@ def decompose(
     small = [v.name for v in verts if strategy != "none" and effective_p(v.einsum, p) != p]
     if small:
         notes.append(f"{len(small)} vertex(es) too small for p={p}, fewer calls: {', '.join(small[:5])}")
-    capped = [v.name for v in verts if int(rows[v].prod()) > max(p, 1) and strategy != "none"]
-    capped += [v.name for v in verts if strategy == "none" and int(rows[v].prod()) > 1]
+    calls = {v: math.prod(int(x) for x in rows[v].ravel()) for v in verts}  # Python ints: no int64 wrap
+    capped = [v.name for v in verts if calls[v] > max(p, 1) and strategy != "none"]
+    capped += [v.name for v in verts if strategy == "none" and calls[v] > 1]
     if capped:
         notes.append(
             f"{len(capped)} vertex(es) split into more calls to keep blocks within {max_block} elements: "

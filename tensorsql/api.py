@@ -27,6 +27,7 @@ from tensorsql.errors import (
     OutputError,
     SessionClosedError,
     ShapeError,
+    ShapeTypeError,
 )
 from tensorsql.frontend import numpy as frontend
 from tensorsql.frontend.subscripts import Subscripts, parse, split_args, subscripts_text
@@ -573,7 +574,11 @@ class ContractExpression:
             else _to_carrier(a, final, carrier, f"operand {i}")
             for i, a in enumerate(full)
         ]
-        res = s.value(entry.plan, dict(zip(entry.leaves, cast, strict=True)))  # type: ignore[arg-type]
+        bound = dict(zip(entry.leaves, cast, strict=True))
+        if self._session is not None:
+            res = s.value(entry.plan, bound)  # type: ignore[arg-type]
+        else:  # its plan runs on any default session (a closed one replaced, even between lookup and run)
+            res = _on_default(lambda d: d.value(entry.plan, bound))  # type: ignore[arg-type]
         return _finish(res, final, carrier, out, lambda r: _layout(r, self._order, self._sub, full))
 
     def __repr__(self) -> str:
@@ -705,25 +710,24 @@ def scale(x: object, factor: float) -> object:
     return _apply(x, "scale", factor)
 
 
-def _over(x: object, over: int | Sequence[int], what: str) -> tuple[TensorRelation, str, str]:
-    """``x`` as a float relation, and the letters of all its axes and of those not in ``over``."""
+def _over(
+    x: object, over: int | Sequence[int], what: str, s: Session | None = None
+) -> tuple[TensorRelation, str, str]:
+    """``x`` as a float relation (of session ``s`` for an array), and the letters of all its axes and of
+    those not in ``over``."""
     rel = x if isinstance(x, TensorRelation) else None
-    s = rel.session if rel is not None else default_session()
+    s = rel.session if rel is not None else (s or default_session())
     if rel is None:
         arr = np.asarray(x)
         arr = arr.astype(np.result_type(arr.dtype, np.float32) if arr.dtype.kind != "c" else arr.dtype)
         rel = s.from_numpy(arr.astype(carrier_dtype(arr.dtype), copy=False))
     ndim = rel.ndim
     if isinstance(over, str | bytes) or not isinstance(over, int | np.integer | Sequence):
-        raise ShapeError(f"{what}: over must be an axis or a list of axes, got {over!r}")
+        raise ShapeTypeError(f"{what}: over must be an axis or a list of axes, got {over!r}")
     axes = (over,) if isinstance(over, int | np.integer) else tuple(over)
-    norm: list[int] = []
-    for a in axes:
-        if isinstance(a, bool) or not isinstance(a, int | np.integer) or not -ndim <= a < ndim:
-            raise ShapeError(f"{what}: axis {a!r} is out of range for a tensor of shape {rel.shape}")
-        norm.append(a % ndim)
-    if len(set(norm)) != len(norm) or not norm:
+    if not axes:
         raise ShapeError(f"{what}: over={over!r} must name distinct axes of shape {rel.shape}")
+    norm = operators.axes_of(rel, axes, what)  # numpy's classes: IndexingError, ShapeTypeError
     letters = "abcdefghijklmnopqrstuvwxyz"[:ndim]
     keep = "".join(c for i, c in enumerate(letters) if i not in norm)
     if rel.dtype.kind in "iub":  # X - max(X) in floats, as for an array: in int8 it wrapped (a scale by 1.0
@@ -743,6 +747,8 @@ def softmax(x: object, over: int | Sequence[int] = -1) -> object:
     """Softmax over the axes ``over``, built from EinSum steps (README "Element-wise maps and softmax"):
     C = max over ``over``; E = exp(X - C); S = sum of E over ``over``; Y = E / S.
     """
+    if not isinstance(x, TensorRelation):  # an array: on the default session, computed now
+        return _on_default(lambda s: _result(x, softmax(_over(x, over, "softmax", s)[0], over)))
     rel, letters, keep = _over(x, over, "softmax")
     s = rel.session
     c = autodiff.shift(s.einsum(f"{letters}->{keep}", rel, agg="max"))  # Y is the same for any C: no gradient
@@ -754,6 +760,8 @@ def softmax(x: object, over: int | Sequence[int] = -1) -> object:
 def log_softmax(x: object, over: int | Sequence[int] = -1) -> object:
     """log(softmax(X)) without forming the softmax: D = X - max over ``over``; Y = D - log(sum exp(D)).
     Finite where the softmax underflows to 0 (a very negative logit), as cross-entropies need."""
+    if not isinstance(x, TensorRelation):  # an array: on the default session, computed now
+        return _on_default(lambda s: _result(x, log_softmax(_over(x, over, "log_softmax", s)[0], over)))
     rel, letters, keep = _over(x, over, "log_softmax")
     s = rel.session
     c = autodiff.shift(s.einsum(f"{letters}->{keep}", rel, agg="max"))

@@ -298,8 +298,10 @@ class Shell:
                 buffer = []
                 for statement in statements:
                     self.run(statement)
-        if buffer and "\n".join(buffer).strip():
-            self.run("\n".join(buffer).strip().rstrip(";"))
+        rest = "\n".join(buffer).strip()
+        if rest:  # no final ";": its statements all the same (an open string: as typed)
+            for statement in _complete(rest + "\n;") or [rest.rstrip(";")]:
+                self.run(statement)
 
 
 def _complete(text: str) -> list[str] | None:

@@ -154,7 +154,7 @@ def matmul(x: TensorRelation, other: object, reflected: bool = False) -> TensorR
     return x.session.einsum(f"{la},{lb}->{out}", a, b)
 
 
-def _axes(x: TensorRelation, axis: object, what: str) -> tuple[int, ...]:
+def axes_of(x: TensorRelation, axis: object, what: str) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(x.ndim))
     items = axis if isinstance(axis, tuple) else (axis,)
@@ -199,7 +199,7 @@ def reduce(
             dtype = "uint64"
     if dtype is not None:
         x = astype(x, dtype)
-    axes = _axes(x, axis, what)
+    axes = axes_of(x, axis, what)
     _letters(x.ndim, what)  # the einsum's label count: a clear error past 52
     labels = list(range(x.ndim))
     kept = [d for d in labels if d not in axes]
@@ -215,7 +215,7 @@ def reduce(
 def mean(
     x: TensorRelation, axis: object, *, dtype: object = None, out: object = None, keepdims: object = False
 ) -> TensorRelation:
-    axes = _axes(x, axis, "mean")
+    axes = axes_of(x, axis, "mean")
     count = int(np.prod([x.shape[a] for a in axes])) if axes else 1  # none: NaN (0 / 0), as numpy's
     if dtype is None and x.dtype.kind not in "fc":
         dtype = "float64"
@@ -395,5 +395,6 @@ UNARY_UFUNCS = {
 }
 
 __all__ = [
-    "UFUNCS", "UNARY_UFUNCS", "astype", "binary", "getitem", "matmul", "mean", "power", "reduce", "transpose",
+    "UFUNCS", "UNARY_UFUNCS", "astype", "axes_of", "binary", "getitem", "matmul", "mean", "power", "reduce",
+    "transpose",
 ]  # fmt: skip

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -488,10 +488,15 @@ class Session:
                 entry = found.get(metadata.fold(n.table))
                 now = None if entry is None else (entry.dtype, tuple(entry.shape), tuple(entry.block_shape))
                 if now != (n.dtype, tuple(n.shape), tuple(n.block_shape)):
-                    what = "dropped" if now is None else f"replaced (now {now[0]}, shape {now[1]})"
+                    what = (
+                        "dropped"
+                        if now is None
+                        else f"replaced (now {now[0]}, shape {now[1]}, blocks {now[2]})"
+                    )
                     raise CorruptTableError(
                         f"table {n.table!r} was {what} after this relation was read from it ({n.dtype}, "
-                        f"shape {n.shape}): read it again with table({n.table!r})"
+                        f"shape {tuple(n.shape)}, blocks {tuple(n.block_shape)}): read it again with "
+                        f"table({n.table!r})"
                     )
                 self._read_at[n] = gen
         self._checked_at[key] = gen
@@ -857,7 +862,13 @@ class Session:
                 bindings.update(op.bindings)
             else:
                 arr = as_array(op, f"operand {i}")
-                arr = arr.astype(DTYPES[dtype_name(arr.dtype)], copy=copy)
+                try:
+                    arr = arr.astype(DTYPES[dtype_name(arr.dtype)], copy=copy)
+                except MemoryError as exc:  # a broadcast view of 8 bytes may be 512 GiB copied
+                    nbytes = arr.size * DTYPES[dtype_name(arr.dtype)].itemsize
+                    raise OutOfMemoryError(
+                        f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
+                    ) from exc
                 leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name=f"operand{i}")
                 nodes.append(leaf)
                 bindings[leaf] = arr
@@ -976,26 +987,64 @@ def _temporary(create: exp.Create) -> bool:
 def _wrapped(statement: exp.Expression) -> exp.Expression | None:
     """The statement inside ``EXPLAIN ANALYZE <it>`` (which runs it) or ``PREPARE name AS <it>`` (run by a
     later ``EXECUTE``): sqlglot reads those as an opaque Command, which DuckDB then ran unchecked (a DELETE of
-    a tensor's rows, an UPDATE of the catalog). None for any other statement, or text sqlglot cannot read."""
+    a tensor's rows, an UPDATE of the catalog). Found by tokens (a quoted name, a comment, a parameter list
+    before ``AS``); one whose body cannot be found or read is refused (SQLFrontendError), never run
+    unchecked. None for any other statement."""
     if not isinstance(statement, exp.Command) or not isinstance(statement.expression, exp.Literal):
         return None
     verb, text = statement.name.upper(), statement.expression.name
-    if verb == "EXPLAIN":
-        rest = re.match(r"\s*(\(\s*[^()]*\)|ANALY[SZ]E\b)(.*)\Z", text, re.IGNORECASE | re.DOTALL)
-    elif verb == "PREPARE":
-        rest = re.match(r"\s*\S+?\s*(?:\([^()]*\))?\s+AS\b(.*)\Z", text, re.IGNORECASE | re.DOTALL)
-    else:
+    if verb not in ("EXPLAIN", "PREPARE"):
         return None
-    if rest is None:
-        return None
-    inner = rest.group(rest.lastindex or 0).strip()
-    while inner.startswith("(") and inner.endswith(")"):
-        inner = inner[1:-1].strip()
+    refused = SQLFrontendError(
+        f"sql cannot read the statement this {verb} runs, so it cannot check that it leaves the tensor "
+        f"tables whole; run it without the {verb}, or through execute() on your own responsibility"
+    )
     try:
-        parsed = [s for s in sqlglot.parse(inner, read="duckdb") if s is not None]
-    except (sqlglot.errors.SqlglotError, RecursionError):
-        return None
-    return parsed[0] if len(parsed) == 1 else None
+        tokens = sqlglot.tokenize(text, read="duckdb")
+    except (sqlglot.errors.SqlglotError, RecursionError) as exc:
+        raise refused from exc
+    at = 0
+    if verb == "EXPLAIN":
+        if tokens and tokens[0].text.upper() in ("ANALYZE", "ANALYSE"):
+            at = 1
+        elif tokens and tokens[0].token_type == sqlglot.TokenType.L_PAREN:  # EXPLAIN (ANALYZE, ...) stmt
+            at = _past_group(tokens, 0)
+        else:
+            return None  # a plain EXPLAIN runs nothing
+    else:
+        at = 1  # the prepared statement's name (quoted, or not)
+        if at < len(tokens) and tokens[at].token_type == sqlglot.TokenType.L_PAREN:  # its parameter types
+            at = _past_group(tokens, at)
+        if at >= len(tokens) or tokens[at].text.upper() != "AS":
+            raise refused
+        at += 1
+    if at <= 0 or at >= len(tokens):
+        raise refused
+    end = len(tokens)
+    while tokens[at].token_type == sqlglot.TokenType.L_PAREN and _past_group(tokens, at) == end:
+        at, end = at + 1, end - 1  # EXPLAIN ANALYZE (DELETE FROM A)
+        if at >= end:
+            raise refused
+    try:
+        body = text[tokens[at].start : tokens[end - 1].end + 1]
+        parsed = [s for s in sqlglot.parse(body, read="duckdb") if s is not None]
+    except (sqlglot.errors.SqlglotError, RecursionError) as exc:
+        raise refused from exc
+    if len(parsed) != 1:
+        raise refused
+    return parsed[0]
+
+
+def _past_group(tokens: list, at: int) -> int:
+    """The index after the parenthesized group opening at ``tokens[at]`` (-1 when it does not close)."""
+    depth = 0
+    for i in range(at, len(tokens)):
+        kind = tokens[i].token_type
+        depth += kind == sqlglot.TokenType.L_PAREN
+        depth -= kind == sqlglot.TokenType.R_PAREN
+        if depth == 0:
+            return i + 1
+    return -1
 
 
 def _refuse_wrapped(statement: exp.Expression, catalog: object) -> None:
@@ -1079,6 +1128,12 @@ class Compiled:
         share: bool = False,
     ) -> None:
         single = isinstance(outputs, TensorRelation)
+        for given, what in ((outputs, "outputs"), (inputs, "inputs")):
+            if not (single and what == "outputs") and (
+                isinstance(given, str | bytes | TensorRelation) or not isinstance(given, Iterable)
+            ):
+                raise ShapeError(f"compile: {what} must be a list of relations, got {type(given).__name__}")
+        inputs = list(inputs)
         outs = [outputs] if single else list(outputs)  # type: ignore[list-item]
         self._single = single
         self._leaves: list[E.Operand] = []
@@ -1180,6 +1235,8 @@ class Compiled:
             arr = as_array(a, f"input {i}")
             if arr.shape != leaf.shape:
                 raise ShapeError(f"input {i} ({leaf.name!r}) has shape {arr.shape}, expected {leaf.shape}")
+            if arr.dtype.name == leaf.dtype and not arr.dtype.isnative:  # big-endian float64: the same values
+                arr = arr.astype(arr.dtype.newbyteorder("="))
             if arr.dtype.name != leaf.dtype:
                 want = DTYPES[leaf.dtype]
                 if not np.can_cast(arr.dtype, want, "same_kind"):

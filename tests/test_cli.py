@@ -239,5 +239,10 @@ def test_the_shell_splits_statements_at_their_own_semicolons():
     for want in ("a;", "one", "two", "three"):
         assert want in text
     assert text.count("1 row") == 4
+    out = io.StringIO()
+    with ts.connect() as s:  # the input ends without a final ';'
+        lines = iter(["SELECT 1 AS a; SELECT 2 AS b -- last"])
+        cli.Shell(s, out).loop(read)
+    assert "Error" not in out.getvalue() and out.getvalue().count("1 row") == 2, out.getvalue()
     assert cli._complete("SELECT 1 /* ; */") is None and cli._complete("SELECT '") is None
     assert cli._complete("SELECT 1; SELECT ';';") == ["SELECT 1", "SELECT ';'"]

@@ -199,7 +199,7 @@ def test_a_relation_read_from_a_table_replaced_since_says_so(s):
     s.from_numpy(np.arange(12, dtype=np.int64).reshape(3, 4) * 1000).save("swapped", replace=True)
     runs = (old.numpy, doubled.numpy, doubled.to_arrow, doubled.materialize, lambda: (old + 1).save("x2"))
     for run in runs:
-        match = r"'Swapped' was replaced \(now int64, shape \(3, 4\)\) after this relation was read from it"
+        match = r"'Swapped' was replaced \(now int64, shape \(3, 4\), blocks \(3, 4\)\) after this"
         with pytest.raises(ts.CorruptTableError, match=match):
             run()
     np.testing.assert_array_equal(s.table("swapped").numpy(), np.arange(12).reshape(3, 4) * 1000)
@@ -603,3 +603,27 @@ def test_a_clean_up_inside_tensorsqls_own_transaction_waits_for_its_end():
         views = s.execute(f"SELECT count(*) FROM duckdb_views() WHERE {mine.format('view')}")
         tables = s.execute(f"SELECT count(*) FROM duckdb_tables() WHERE {mine.format('table')}")
         assert (views[0][0], tables[0][0]) == (1, 0)  # keep's view alone
+
+
+def test_probe_findings_compile_inputs_allocation_and_huge_plans():
+    """From a probe: compile refused a big-endian float64 array ('needs an array of dtype float64, got >f8');
+    compile(5, ...) raised a plain TypeError; the copy of a 512 GiB broadcast view raised numpy's
+    MemoryError; explain() of a (2**50, 2**50) placeholder raised 'math domain error' (an int64 product
+    wrapped negative)."""
+    with ts.connect() as s:
+        a, b = np.arange(6.0).reshape(2, 3), np.ones((3, 2))
+        x, w = s.placeholder((2, 3), "float64", name="x"), s.placeholder((3, 2), "float64", name="w")
+        h = s.einsum("ij,jk->ik", x, w)
+        for share in (False, True):
+            got = s.compile([h, s.einsum("ik->", h)], inputs=[x, w], share=share)(a.astype(">f8"), b)
+            np.testing.assert_array_equal(got[0], a @ b)
+        for outputs, inputs, what in ((5, [x], "outputs"), ([h], 5, "inputs"), ([h], None, "inputs")):
+            with pytest.raises(ts.ShapeError, match=f"compile: {what} must be a list of relations"):
+                s.compile(outputs, inputs=inputs)
+        assert s.compile(h, inputs=(v for v in (x, w)))(a, b).shape == (2, 2)  # any iterable
+        huge = np.broadcast_to(np.float64(1.0), (2**36,))
+        for call in (lambda: ts.einsum("i->", huge), lambda: s.einsum("i->", huge), lambda: s.from_numpy(huge)):
+            with pytest.raises(ts.OutOfMemoryError, match="cannot copy"):
+                call()
+        big = s.placeholder((2**50, 2**50), "float64", name="big")
+        assert "EinGraph" in s.einsum("ij->", big).explain()

@@ -31,7 +31,7 @@ def _agg(agg: str, a: np.ndarray, axis=None) -> np.ndarray:
     """numpy's reduction in the dtype of its terms, as einsum computes (np.sum of int8 would give int64)."""
     kw = {"dtype": a.dtype} if agg in ("sum", "prod") else {}
     return AGG_REF[agg](a, axis=axis, **kw)
-MAP_PARAMS = {"pow": 3, "scale": 3}
+MAP_PARAMS = {"pow": 3, "scale": 3, "rpow": 2}
 
 
 def extremes(dtype: str, n: int = 6, seed: int = 0) -> np.ndarray:

@@ -824,10 +824,19 @@ def test_checkpoint_refusals_leave_the_model_alone_and_a_finished_resume_holds_i
                                     "WHERE table_name = 'job__progress'")] == ["task", "pct"]  # fmt: skip
     assert not any(t.lower().startswith("job__e") for t in s.tables())
     run(ml.LogisticRegression(s, 4), ml.SGD(0.1), 1, "ckd")
-    for damage, match in (("losses = 'n/a'", "losses 'n/a'"), ("epoch = NULL", "epoch None")):
+    damages = (
+        ("losses = 'n/a'", "losses 'n/a'"),
+        ("epoch = NULL", "epoch None"),
+        ("setup = 'garbage'", "setup 'garbage'"),
+        ("setup = '[1, 2]'", r"setup '\[1, 2\]'"),
+    )
+    for damage, match in damages:
+        s.execute("CREATE OR REPLACE TABLE ckd_keep AS FROM ckd__progress")
         s.execute(f"UPDATE ckd__progress SET {damage}")
         with pytest.raises(ts.ConfigError, match=f"checkpoint 'ckd' is damaged \\({match}"):
             run(ml.LogisticRegression(s, 4), ml.SGD(0.1), 2, "ckd")
+        s.execute("DELETE FROM ckd__progress")
+        s.execute("INSERT INTO ckd__progress FROM ckd_keep")
 
 
 def test_fit_reads_wide_integers_and_decimals_as_doubles(s):

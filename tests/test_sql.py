@@ -4,6 +4,8 @@ and a typed error for every bad statement."""
 
 from __future__ import annotations
 
+import re
+
 import duckdb
 import numpy as np
 import pyarrow as pa
@@ -331,8 +333,12 @@ def test_from_table_features_of_different_types_keep_their_values(db):
     got = db.from_table("holes2", ["b", "d"], rows_by="id", fill=0).numpy()
     np.testing.assert_array_equal(got, [[1.0, 0.5], [0.0, 1.5]])
     assert db.from_table("holes2", ["b"], rows_by="id", fill=2, dtype="int8").numpy().tolist() == [[1], [2]]
-    with pytest.raises(ts.ConfigError, match=r"fill=0.5 is not an integer: the tensor's dtype is int32"):
-        db.from_table("holes2", ["b"], rows_by="id", fill=0.5, dtype="int32")
+    for fill, dtype in ((0.5, "int32"), (1000, "int8"), (1e40, "int64")):  # the user's argument, not a row
+        with pytest.raises(ts.ConfigError, match=re.escape(f"fill={fill!r} is not an integer {dtype}")):
+            db.from_table("holes2", ["b"], rows_by="id", fill=fill, dtype=dtype)
+    db.execute("CREATE OR REPLACE TABLE uhuge AS SELECT (2::UHUGEINT ** 127)::UHUGEINT AS u")
+    with pytest.raises(ts.RangeError, match="which lies outside the range of int64"):  # not a cast failure
+        db.from_table("uhuge", ["u"], dtype="int64")
 
 
 @pytest.mark.parametrize(
@@ -370,6 +376,7 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
         s.save(s.from_numpy(np.array(2.5, dtype=np.float32)), "scalar")
         s.save(s.from_numpy(np.arange(3.0)), "x.y")
         s.save(s.from_numpy(np.arange(2.0)), 'a"b')
+        s.save(s.from_numpy(np.arange(4.0)), '"q')
         s.execute("CREATE TABLE plain AS SELECT 1 AS k0, 'x'::BLOB AS tensor")
     con = duckdb.connect(path, config={"allow_unsigned_extensions": "true"})
     try:
@@ -386,8 +393,9 @@ def test_plain_duckdb_clients_read_tensor_cells(tmp_path):
             (float(x[1].sum()),)
         ]
         assert con.sql("SELECT * FROM tensor_cells('scalar')").fetchall() == [([], 2.5)]  # 0-d: no index
-        # names with a dot or a quote, bare or quoted (they read no catalog row: zero rows, no error)
-        for name, total in (("x.y", 3.0), ('"x.y"', 3.0), ('a"b', 1.0), ('"a""b"', 1.0), ('"X3"', 108.0)):
+        # names with a dot or a quote, bare or quoted (they read no catalog row before: zero rows, no error)
+        named = (("x.y", 3.0), ('"x.y"', 3.0), ('a"b', 1.0), ('"a""b"', 1.0), ('"X3"', 108.0), ('"q', 6.0))
+        for name, total in named:
             assert con.execute("SELECT sum(value) FROM tensor_cells(?)", [name]).fetchall() == [(total,)]
         for name in ("main.X3", "plain", "nope"):  # not a tensor of this database: an error, not no rows
             with pytest.raises(duckdb.Error, match=r"is not a tensor table|does not exist"):
@@ -516,6 +524,9 @@ def test_to_rows_id_arguments_are_checked(db, sales):
         "EXPLAIN ANALYZE EXPLAIN ANALYZE DELETE FROM guarded",
         "PREPARE p AS DELETE FROM guarded",
         "PREPARE p(INTEGER) AS DELETE FROM guarded WHERE k0 = $1",
+        'PREPARE "q x" AS DELETE FROM guarded',  # a quoted name, comments: a pattern let these through
+        "PREPARE q /* c */ AS DELETE FROM guarded",
+        "PREPARE /* c */ q AS UPDATE guarded SET k0 = 1",
         "EXPLAIN ANALYZE DROP TABLE guarded",
     ],
 )
@@ -768,8 +779,13 @@ def test_a_cte_named_like_a_tensor_is_refused(db):
         "WITH cte_t AS (SELECT * FROM cte_i) SELECT * FROM tensor_cells(cte_t)",
         "WITH CTE_T AS (SELECT * FROM cte_i) SELECT * FROM tensor_cells(einsum('ij->j', cte_t))",
         "WITH cte_t AS (SELECT * FROM cte_t WHERE false) SELECT * FROM tensor_cells(cte_t)",
+        "WITH cte_t AS (SELECT * FROM cte_i) SELECT * FROM tensor_cells('cte_t')",  # the stored macro's form
+        """WITH "CTE_T" AS (SELECT * FROM cte_i) SELECT * FROM tensor_cells('"cte_t"')""",
     ):
-        with pytest.raises(ts.SQLFrontendError, match="'cte_t' is also the name of a CTE"):
+        with pytest.raises(ts.SQLFrontendError, match=r"'\"?cte_t\"?' is also the name of a CTE"):
             db.sql(q)
+    fake = "SELECT 'cte_t' AS name, [1, 3] AS shape, [1, 3] AS block_shape, 'int64' AS dtype"
+    with pytest.raises(ts.SQLFrontendError, match="a CTE named 'tensorsql_catalog' is refused"):
+        db.sql(f"WITH tensorsql_catalog AS ({fake}) SELECT * FROM tensor_cells('cte_t')")
     rows = db.sql("WITH other AS (SELECT 1) SELECT * FROM tensor_cells(cte_t)").fetchall()
     assert sorted(rows) == [(0, 0, 1.5), (0, 1, 2.5), (0, 2, 3.5)]

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import CorruptTableError, KernelError, ShapeError
+from tensorsql.errors import CorruptTableError, KernelError, OutOfMemoryError, ShapeError
 from tensorsql.ir.blocking import grid
 
 
@@ -56,6 +56,17 @@ def split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: 
     C-order array (only the first dimension is split), that is one memcpy, or none for a read-only array or
     with ``copy=False`` (the caller then promises not to change the array while the relation is used).
     """
+    try:
+        return _split(array, block_shape, dtype, copy=copy)
+    except MemoryError as exc:  # numpy's: the copy of an operand (a broadcast view of 8 bytes may be 512 GiB)
+        shape = np.shape(array)
+        nbytes = math.prod(shape) * DTYPES[dtype].itemsize
+        raise OutOfMemoryError(
+            f"cannot copy an operand of shape {shape} ({dtype}, {nbytes / 2**30:.3g} GiB) into blocks: {exc}"
+        ) from exc
+
+
+def _split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy: bool) -> pa.Table:
     arr = np.asarray(array, dtype=DTYPES[dtype])
     shape = arr.shape
     g = grid(shape, block_shape)

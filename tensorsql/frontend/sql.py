@@ -27,7 +27,7 @@ from sqlglot.tokens import TokenType
 
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import SQLFrontendError, SQLSyntaxError, TableNotFoundError, TensorSQLError
-from tensorsql.metadata import fold
+from tensorsql.metadata import fold, is_reserved
 
 if TYPE_CHECKING:
     from tensorsql.relation import TensorRelation
@@ -104,6 +104,13 @@ def _explained(text: str) -> str | None:
     return None
 
 
+def _unquoted(name: str) -> str:
+    """A tensor's name as the stored ``tensor_cells`` macro reads its string (``'"x.y"'`` is x.y), folded."""
+    if len(name) >= 2 and name.startswith('"') and name.endswith('"'):
+        name = name[1:-1].replace('""', '"')
+    return fold(name)
+
+
 def _where(node: exp.Expression) -> str:
     """The call as written, for messages: ``einsum('ij->ji', A)``."""
     return node.sql(dialect="duckdb", normalize_functions=False)
@@ -171,7 +178,18 @@ class _Rewriter:
         for call in statement.find_all(exp.Anonymous):
             if not _ours(call, FUNCTIONS):
                 continue
+            own = sorted(c for c in self.ctes if is_reserved(c))
+            if own:  # the generated SQL (and the stored macro) read the catalog by its name
+                raise SQLFrontendError(
+                    f"a CTE named {own[0]!r} is refused beside tensor functions: the name is tensorsql's "
+                    "own, which they read"
+                )
             for arg in call.expressions:
+                if isinstance(arg, exp.Literal) and arg.is_string and _unquoted(arg.name) in self.ctes:
+                    raise SQLFrontendError(  # the stored macro's read of the tensor would read the CTE
+                        f"{_where(call)}: tensor {arg.name!r} is also the name of a CTE of this statement, "
+                        "which DuckDB would read in place of the tensor table; give the CTE another name"
+                    )
                 node = arg
                 if isinstance(node, exp.Subquery):
                     node = _star_source(node.this) or node

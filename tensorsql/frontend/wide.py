@@ -138,33 +138,16 @@ def _exact(value: exp.Expression, sql_type: str, dtype: str, row: str, j: int) -
     ``from_sql``'s own check words it)."""
     if np.dtype(dtype).kind not in "iu":
         return exp.cast(value, exp.DataType.build("DOUBLE"))
-    base = sql_type.split("(")[0].strip()
-    if base in ingest.INTEGRAL or base == "BOOLEAN" or re.fullmatch(r"DECIMAL\(\d+,\s*0\)", sql_type):
+    if sql_type == "BOOLEAN":
         return exp.cast(value, exp.DataType.build("HUGEINT"))
-    info = np.iinfo(dtype)
 
-    def fail(what: str) -> exp.Expression:
-        where = exp.func(
-            "concat",
-            exp.Literal.string(f"{ingest.ROW} the row with coordinates ("),
-            exp.column(row, quoted=True),
-            exp.Literal.string(f", {j}) has value "),
-            exp.cast(value.copy(), exp.DataType.build("VARCHAR")),
-            exp.Literal.string(what),
-        )
-        return exp.func("error", where)
+    def fail(*what: str | exp.Expression) -> exp.Expression:
+        where = exp.column(row, quoted=True)
+        return ingest.row_failure("the row with coordinates (", where, f", {j})", *what)
 
-    fractional = exp.NEQ(this=value.copy(), expression=exp.func("trunc", value.copy()))  # NaN too
-    outside = exp.or_(
-        exp.LT(this=value.copy(), expression=exp.Literal.number(int(info.min))),
-        exp.GTE(this=value.copy(), expression=exp.Literal.number(int(info.max) + 1)),
-    )
-    return (
-        exp.case()
-        .when(fractional, fail(f" which {ingest.NOT_INTEGRAL} {dtype}"))
-        .when(outside, fail(f" which {ingest.OUT_OF_RANGE} {dtype} [{info.min}, {info.max}]"))
-        .else_(exp.cast(value.copy(), exp.DataType.build("HUGEINT")))
-    )
+    # checked before the cast: a fraction would be rounded, a UHUGEINT past 2**127 fail to cast
+    checked = ingest.integer_checked(value, sql_type.split("(")[0].strip(), dtype, fail)
+    return exp.cast(checked, exp.DataType.build("HUGEINT"))
 
 
 def cells_query(
@@ -172,15 +155,19 @@ def cells_query(
     columns: list[str],
     rows_by: Sequence[str],
     fill: float | None,
-    dtype: str = "float64",
-    types: Sequence[str] | None = None,
+    dtype: str,
+    types: Sequence[str],
 ) -> exp.Query:
     """``(row, feature, value)`` of every row and feature: rows numbered in ``rows_by`` order (the source's
     order without it), a NULL feature replaced by ``fill`` or stopping the statement with an error naming
     the column and the row; each feature cast to one type first (``_exact``; ``types``: the features' DuckDB
     types)."""
-    if fill is not None and np.dtype(dtype).kind in "iu" and not float(fill).is_integer():
-        raise ConfigError(f"from_table: fill={fill!r} is not an integer: the tensor's dtype is {dtype}")
+    if fill is not None and np.dtype(dtype).kind in "iu":
+        info = np.iinfo(dtype)
+        if not float(fill).is_integer() or not info.min <= fill <= info.max:
+            raise ConfigError(
+                f"from_table: fill={fill!r} is not an integer {dtype} holds ([{info.min}, {info.max}])"
+            )
     row = unused(ROW, columns)
     order = [exp.Ordered(this=exp.column(_ident(c, "rows_by"))) for c in rows_by]
     window = exp.Window(this=exp.RowNumber(), order=exp.Order(expressions=order) if order else None)
@@ -191,8 +178,7 @@ def cells_query(
     parts: list[exp.Query] = []
     for j, name in enumerate(columns):
         value: exp.Expression = exp.column(_ident(name, "a column"))
-        if types is not None:
-            value = _exact(value, types[j].upper(), dtype, row, j)
+        value = _exact(value, types[j].upper(), dtype, row, j)
         if fill is not None:  # as a DOUBLE cast from text: NaN and infinities have no numeric literal
             if np.dtype(dtype).kind in "iu":
                 given = exp.cast(exp.Literal.number(int(fill)), exp.DataType.build("HUGEINT"))

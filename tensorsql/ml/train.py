@@ -639,7 +639,7 @@ class Checkpoint:
             "to start over, or give another checkpoint name"
         )
 
-    def _progress(self) -> tuple[int, int, list[float], object] | None:
+    def _progress(self) -> tuple[int, int, list[float], dict | None] | None:
         """(epoch, optimizer steps, losses, setup) of the progress row, checked; None when there is none."""
         row = self._row()
         if row is None:
@@ -655,7 +655,15 @@ class Checkpoint:
             raise self._damaged(f"losses {row['losses']!r}")
         if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in losses):
             raise self._damaged(f"losses {row['losses']!r}")
-        return epoch, steps, [float(v) for v in losses], row.get("setup")
+        setup = row.get("setup")  # None: a checkpoint written before the setup was kept (its tables go by)
+        if setup is not None:
+            try:
+                setup = json.loads(str(setup))
+            except ValueError:
+                setup = None
+            if not isinstance(setup, dict):
+                raise self._damaged(f"setup {row['setup']!r}")
+        return epoch, steps, [float(v) for v in losses], setup
 
     def _epoch(self) -> int | None:
         found = self._progress()
@@ -674,10 +682,10 @@ class Checkpoint:
             raise ConfigError(
                 f"fit: checkpoint {self.name!r} holds {epoch} epochs, more than epochs={epochs}: ask for at "
                 "least as many, or give a new checkpoint name"
-            )  # a checkpoint written before the setup was kept: its tables to go by
-        if isinstance(written, str):
+            )
+        if written is not None:
             want = _setup(model, optimizer)
-            got = json.loads(written)
+            got = written
             if got != json.loads(json.dumps(want)):
                 raise ConfigError(
                     f"fit: checkpoint {self.name!r} (epoch {epoch}) was written for {_describe(got)}; this "

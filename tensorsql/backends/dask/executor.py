@@ -380,15 +380,7 @@ class DaskExecutor:
         """{address: threads} of the workers now, asked of the scheduler (the Client's cached
         ``scheduler_info`` can lag behind, even show none); a cluster with none for ``WORKER_WAIT`` seconds
         is a ConfigError."""
-        if self.client.status in ("closing", "closed"):  # its scheduler attribute is None: AttributeError
-            raise WorkerLostError(
-                "the session's Dask client was closed (s.client.close(), or by the owner of the Client given "
-                "as cluster=): connect again"
-            )
-        try:
-            workers = self.client.nthreads()
-        except (OSError, distributed.comm.CommClosedError, RuntimeError, AttributeError) as exc:
-            raise WorkerLostError(f"lost the connection to the Dask scheduler: {exc}") from exc
+        workers = self._nthreads()
         if not workers:
             try:
                 self.client.wait_for_workers(1, timeout=WORKER_WAIT)
@@ -396,6 +388,20 @@ class DaskExecutor:
                 raise ConfigError(f"the Dask cluster has no workers (waited {WORKER_WAIT} s)") from exc
             workers = self.client.nthreads()
         return {addr: int(n) for addr, n in sorted(workers.items())}
+
+    def _nthreads(self) -> dict[str, int]:
+        """The scheduler's {worker: threads}; WorkerLostError for a closed Client (whose scheduler attribute
+        is None: AttributeError) or a scheduler that is gone (OSError, CommClosedError, a closed pool's
+        RuntimeError)."""
+        if self.client.status in ("closing", "closed"):
+            raise WorkerLostError(
+                "the session's Dask client was closed (s.client.close(), or by the owner of the Client given "
+                "as cluster=): connect again"
+            )
+        try:
+            return self.client.nthreads()
+        except (OSError, distributed.comm.CommClosedError, RuntimeError) as exc:
+            raise WorkerLostError(f"lost the connection to the Dask scheduler: {exc}") from exc
 
     def wave_budget(self) -> int:
         """The smallest wave budget of the workers' DuckDBs: bytes of blocks one part may hold at once."""
@@ -584,7 +590,7 @@ class DaskExecutor:
             looked = time.monotonic()
             if self.closed:
                 raise SessionClosedError("the session was closed while its query ran")
-            if self.client.nthreads():
+            if self._nthreads():
                 alone = None
                 if unstick:
                     try:
@@ -660,6 +666,8 @@ class DaskExecutor:
             return
         counted: dict[str, tuple[int, int]] = {}
         try:  # a count is a report: a worker lost or restarting meanwhile never fails the query
+            if self.client.status in ("closing", "closed"):  # client.run would raise AttributeError
+                raise distributed.comm.CommClosedError("the Dask client was closed")
             answers = self.client.run(worker_side.take_moved, on_error="return")
         except (OSError, distributed.comm.CommClosedError, TimeoutError) as exc:
             log.info("tensorsql: could not collect the bytes moved: %s", exc)

@@ -9,6 +9,8 @@ JOIN from the full key grid fills absent blocks with ``tensor_zeros`` so the rel
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import duckdb
 import numpy as np
 from sqlglot import exp
@@ -109,7 +111,7 @@ def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str], dtype:
     row.append(")")
 
     def fail(*what: str | exp.Expression) -> exp.Expression:
-        return call("error", _concat(f"{ROW} the row with coordinates ", *row, *what))
+        return row_failure("the row with coordinates ", *row, *what)
 
     cells: list[exp.Expression] = []
     for d, (c, n) in enumerate(zip(raw, shape, strict=True)):
@@ -125,19 +127,33 @@ def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str], dtype:
         cells.append(exp.alias_(case, ident(f"i{d}")))
     value: exp.Expression = col("s", "v")
     if np.dtype(dtype).kind in "iu" and types[r] != "BOOLEAN":
-        info, v = np.iinfo(dtype), col("s", "v")
-        value = exp.case()
-        if types[r] not in INTEGRAL:  # NaN is not equal to its trunc either
-            fractional = exp.NEQ(this=v.copy(), expression=call("trunc", v.copy()))
-            value = value.when(fractional, fail(" has value ", _shown(v), f" which {NOT_INTEGRAL} {dtype}"))
-        outside = exp.or_(
-            exp.LT(this=v.copy(), expression=lit(int(info.min))),
-            exp.GTE(this=v.copy(), expression=lit(int(info.max) + 1)),
-        )
-        span = f"{dtype} [{info.min}, {info.max}]"
-        value = value.when(outside, fail(" has value ", _shown(v), f" which {OUT_OF_RANGE} {span}"))
-        value = value.else_(v.copy())
+        value = integer_checked(value, types[r], dtype, fail)
     return exp.select(*cells, exp.alias_(value, ident("v"))).from_(_rows(parsed, r).subquery("s"))
+
+
+def integer_checked(
+    v: exp.Expression, sql_type: str, dtype: str, fail: Callable[..., exp.Expression]
+) -> exp.Expression:
+    """``v`` where an integer ``dtype`` holds it; a fraction (of a type not in ``INTEGRAL``) or a value
+    outside the dtype's range stops the statement: ``fail(*message parts)`` names the row. NaN equals
+    itself in DuckDB and sorts above every number: it is outside the range."""
+    info = np.iinfo(dtype)
+    value = exp.case()
+    if sql_type not in INTEGRAL:
+        fractional = exp.NEQ(this=v.copy(), expression=call("trunc", v.copy()))
+        value = value.when(fractional, fail(" has value ", _shown(v), f" which {NOT_INTEGRAL} {dtype}"))
+    outside = exp.or_(
+        exp.LT(this=v.copy(), expression=lit(int(info.min))),
+        exp.GTE(this=v.copy(), expression=lit(int(info.max) + 1)),
+    )
+    span = f"{dtype} [{info.min}, {info.max}]"
+    value = value.when(outside, fail(" has value ", _shown(v), f" which {OUT_OF_RANGE} {span}"))
+    return value.else_(v.copy())
+
+
+def row_failure(*parts: str | exp.Expression) -> exp.Expression:
+    """``error(...)`` of a row check's message (``ROW`` first: ``row_error`` types it)."""
+    return call("error", _concat(f"{ROW} ", *parts))
 
 
 def blocks_from_rows(

@@ -19,7 +19,7 @@ NAME = "tensor_cells"
 #: a constant statement (no user data in it): the macro's definition
 TENSOR_CELLS = """
 CREATE OR REPLACE MACRO tensor_cells(tensor_table) AS TABLE
-WITH ts_unquoted AS (
+WITH ts_named AS (
     -- the tensor's name as the catalog holds it: '"x.y"' (quoted, as a name with a dot must be) is x.y
     SELECT CASE
         WHEN len(tensor_table) >= 2 AND starts_with(tensor_table, '"') AND ends_with(tensor_table, '"')
@@ -28,7 +28,7 @@ WITH ts_unquoted AS (
     END AS bare
 ), meta AS (
     SELECT CAST(shape AS BIGINT[]) AS shp, CAST(block_shape AS BIGINT[]) AS bs, dtype
-    FROM tensorsql_catalog, ts_unquoted
+    FROM tensorsql_catalog, ts_named
     WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
         = translate(bare, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
 ), found AS (
@@ -56,10 +56,11 @@ WITH ts_unquoted AS (
 ), blocks AS (
     -- the key columns in order, then a pad (so a 0-d tensor, which has no keys, still gives a list)
     SELECT CAST(list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS BIGINT[]) AS keys, tensor
-    FROM query_table(CASE
-        WHEN starts_with(tensor_table, '"') THEN tensor_table
-        ELSE concat('"', replace(tensor_table, '"', '""'), '"')
-    END), (SELECT -1 AS __ts_pad)
+    FROM query_table(concat('"', replace(CASE
+        WHEN len(tensor_table) >= 2 AND starts_with(tensor_table, '"') AND ends_with(tensor_table, '"')
+        THEN replace(tensor_table[2:-2], '""', '"')
+        ELSE tensor_table
+    END, '"', '""'), '"')), (SELECT -1 AS __ts_pad)
 ), extents AS (
     SELECT
         ts_grid.keys AS keys, bs, dtype, tensor,
@@ -97,7 +98,7 @@ FROM cells
 #: match as DuckDB's table names do, ASCII letters in any case: its ``lower`` folded every letter, and a
 #: tensor 'Äx' read 'äx''s catalog row too; the cells of a block a table leaves out were left out; a name
 #: with a dot or a quote, or a schema-qualified one, read no catalog row: zero rows, no error)
-MARKER = "ts_unquoted"
+MARKER = "ts_named"
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:
