@@ -622,7 +622,8 @@ def test_probe_findings_compile_inputs_allocation_and_huge_plans():
                 s.compile(outputs, inputs=inputs)
         assert s.compile(h, inputs=(v for v in (x, w)))(a, b).shape == (2, 2)  # any iterable
         huge = np.broadcast_to(np.float64(1.0), (2**36,))
-        for call in (lambda: ts.einsum("i->", huge), lambda: s.einsum("i->", huge), lambda: s.from_numpy(huge)):
+        calls = (lambda: ts.einsum("i->", huge), lambda: s.einsum("i->", huge), lambda: s.from_numpy(huge))
+        for call in calls:
             with pytest.raises(ts.OutOfMemoryError, match="cannot copy"):
                 call()
         big = s.placeholder((2**50, 2**50), "float64", name="big")
