@@ -8,6 +8,7 @@ and the same contraction planning and GEMM packing; only the device under them d
 
 from __future__ import annotations
 
+import math
 import re
 import zlib
 
@@ -483,3 +484,21 @@ def test_training_on_the_device_matches_the_cpu(gpu, cpu):
         losses.append(h.losses)
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-12)
     assert losses[1][-1] < losses[1][0]
+
+
+def test_long_sums_are_summed_in_levels_and_products_keep_the_sign_of_zero(gpu):
+    """One running total per output (a probe, on the emulated device): 2e7 float32 ones summed to
+    16777216, 1e7 float64 tenths 7e5 eps off; and a product with nothing summed was 0 + x, which made -0.0
+    (numpy's sign, and 1/x's) +0.0."""
+    ones = np.ones(2 * 10**7, np.float32)
+    assert gpu.einsum("i->", ones).numpy() == 2e7
+    assert gpu.einsum("i,i->", ones, ones).numpy() == 2e7
+    tenths = np.full(10**7, 0.1)
+    exact = math.fsum(tenths)
+    for got in (gpu.einsum("i->", tenths).numpy(), gpu.einsum("ij->i", tenths.reshape(1, -1)).numpy()[0]):
+        assert abs(float(got) - exact) <= 600 * np.finfo(np.float64).eps * exact
+    a, b = np.array([-0.0, 2.0]), np.array([1.0, -0.0])
+    A, B = gpu.from_numpy(a), gpu.from_numpy(b)
+    np.testing.assert_array_equal(np.signbit((A * B).numpy()), np.signbit(a * b))
+    np.testing.assert_array_equal(np.signbit((A + A).numpy()), np.signbit(a + a))
+    assert np.signbit(gpu.from_numpy(np.array([[-0.0]])).T.numpy()).all()

@@ -17,7 +17,7 @@ from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.ir import ops
 from tensorsql.ir import tra as T
 
-PARAMS = {"pow": [-1.0, 0.0, 2.0], "scale": [3.0]}
+PARAMS = {"pow": [-1.0, 0.0, 2.0], "scale": [3.0], "rpow": [2.0, 0.5]}
 
 
 def _cases():

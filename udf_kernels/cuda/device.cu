@@ -51,13 +51,13 @@ __global__ void reduce_kernel(const LoopJob job, const T *x, const T *y, T *z) {
 	for (uint64_t o = blockIdx.x; o < job.out_numel; o += gridDim.x) {
 		int64_t bx = 0, by = 0;
 		offsets_of(job, 0, job.n_outer, o, bx, by);
-		T acc = A::template identity<T>();
+		Accumulator<T, A> acc; // a sum in CascadeSum's levels: each thread walks inner_numel / kThreads terms
 		for (uint64_t t = threadIdx.x; t < job.inner_numel; t += blockDim.x) {
 			int64_t ox = bx, oy = by;
 			offsets_of(job, job.n_outer, job.n_inner, t, ox, oy);
-			acc = A::template f<T>(acc, J::template f<T>(x[ox], y == nullptr ? T(0) : y[oy]));
+			acc.add(J::template f<T>(x[ox], y == nullptr ? T(0) : y[oy]));
 		}
-		part[threadIdx.x] = acc;
+		part[threadIdx.x] = acc.result();
 		__syncthreads();
 		for (unsigned half = blockDim.x / 2; half > 0; half >>= 1) {
 			if (threadIdx.x < half) {

@@ -94,11 +94,11 @@ public:
 			for (int64_t p = 0; p < g.batch; p++) {
 				for (int64_t i = 0; i < g.m; i++) {
 					for (int64_t j = 0; j < g.n; j++) {
-						T acc = T(0);
+						CascadeSum<T> acc; // cuBLAS sums k in blocks too
 						for (int64_t k = 0; k < g.k; k++) {
-							acc = acc + a[(p * g.m + i) * g.k + k] * b[(p * g.k + k) * g.n + j];
+							acc.add(a[(p * g.m + i) * g.k + k] * b[(p * g.k + k) * g.n + j]);
 						}
-						c[(p * g.m + i) * g.n + j] = acc;
+						c[(p * g.m + i) * g.n + j] = acc.result();
 					}
 				}
 			}

@@ -328,7 +328,9 @@ void tensor_einsum_cuda(duckdb_function_info info, duckdb_data_chunk input, duck
 				Buffer zd(s, out_bytes, FN, "the output block");
 				s.upload(xd.get(), x.bytes.data, x.bytes.size);
 				s.upload(yd.get(), y.bytes.data, y.bytes.size);
-				const bool gemm = join == Join::Mul && agg == Agg::Sum;
+				// nothing summed (an element-wise product): the loop, which keeps a -0.0 product's sign (a GEMM
+				// of k = 1 adds it to 0)
+				const bool gemm = join == Join::Mul && agg == Agg::Sum && !p.inner.empty();
 				if (gemm && any_empty(p.inner)) {
 					s.zero(zd.get(), out_bytes); // a sum over an empty label
 				} else if (!gemm || !gemm_contract(s, dt, p, xd.get(), yd.get(), zd.get(), FN)) {

@@ -39,11 +39,12 @@ _DEVICE = re.compile(r"^(cpu|cuda|cuda-emulated)(?::(\d+))?$")
 def parse_device(device: object) -> tuple[str, int]:
     """``("cpu", 0)``, ``("cuda", n)`` or ``("cuda-emulated", 0)`` from a device string (``"cuda:1"``)."""
     if not isinstance(device, str):
-        raise DeviceError(f"device={device!r} must be a string: 'cpu', 'cuda' or 'cuda:<n>'")
+        raise DeviceError(f"device={device!r} must be a string: 'cpu', 'cuda', 'cuda:<n>' or 'cuda-emulated'")
     m = _DEVICE.match(device.strip().lower())
     if m is None:
         raise DeviceError(
-            f"device={device!r} is not a device: use 'cpu', 'cuda' or 'cuda:<n>' (n = 0, 1, ...)"
+            f"device={device!r} is not a device: use 'cpu', 'cuda', 'cuda:<n>' (n = 0, 1, ...) or "
+            "'cuda-emulated' (tests)"
         )
     kind, ordinal = m.group(1), int(m.group(2) or 0)
     if kind == "cpu" and m.group(2) is not None:
