@@ -74,8 +74,10 @@ class Session:
         self._strategy = planning.check_strategy(strategy)
         #: bumped by every save and drop of a stored tensor; a relation read from a table (``table``) notes
         #: the count it was made at, and a run after a later one checks its tables are still what it read
-        #: (replaced by a tensor of another dtype of the same width, its blocks read as garbage)
-        self._catalog_gen = 0
+        #: (replaced by a tensor of another dtype of the same width, its blocks read as garbage). Shared by
+        #: the sessions of this process on one database file (``_generation``): a replace by another one
+        #: was never noticed, and a relation read its new int64 blobs as float64
+        self._gen = _generation(getattr(executor, "local", executor))
         self._read_at: weakref.WeakKeyDictionary[E.Node, int] = weakref.WeakKeyDictionary()
         self._checked_at: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self.plans = PlanCache()
@@ -104,6 +106,14 @@ class Session:
     @strategy.setter
     def strategy(self, value: str) -> None:
         self._strategy = planning.check_strategy(value)
+
+    @property
+    def _catalog_gen(self) -> int:
+        return self._gen[0]
+
+    @_catalog_gen.setter
+    def _catalog_gen(self, value: int) -> None:
+        self._gen[0] = value
 
     # -- the executor's facts ----------------------------------------------------------------------------
     @property
@@ -1307,6 +1317,19 @@ def _shape(shape: object, what: str) -> tuple[int, ...]:
     if any(n < 0 for n in shp):
         raise ShapeError(f"{what}: shape {shp} has a negative dimension")
     return shp
+
+
+#: {database file: [generation]}: one count of the catalog's changes per file, for this process's sessions
+#: (which share its DuckDB instance)
+_GENERATIONS: dict[str, list[int]] = {}
+
+
+def _generation(executor: object) -> list[int]:
+    """The catalog generation cell of ``executor``'s database: shared by file, its own for ``:memory:``."""
+    database = str(getattr(executor, "database", "") or "")
+    if database in ("", ":memory:") or database.startswith(":memory:"):
+        return [0]
+    return _GENERATIONS.setdefault(os.path.realpath(database), [0])
 
 
 def _flag(value: object, what: str, name: str) -> None:

@@ -628,3 +628,19 @@ def test_probe_findings_compile_inputs_allocation_and_huge_plans():
                 call()
         big = s.placeholder((2**50, 2**50), "float64", name="big")
         assert "EinGraph" in s.einsum("ij->", big).explain()
+
+
+def test_a_replace_by_another_session_on_the_file_is_noticed(tmp_path):
+    """The replaced-table check counted the reading session's own saves only: after another session of the
+    process replaced the float64 tensor by an int64 one, a relation read its blobs as float64 (a probe)."""
+    path = str(tmp_path / "shared_gen.duckdb")
+    with ts.connect(path) as s1, ts.connect(path) as s2:
+        s1.from_numpy(np.arange(12.0).reshape(3, 4)).save("A")
+        old = s1.table("A")
+        doubled = old * 2
+        np.testing.assert_array_equal(doubled.numpy(), np.arange(12.0).reshape(3, 4) * 2)
+        s2.from_numpy(np.arange(12).reshape(3, 4)).save("A", replace=True)
+        for run in (old.numpy, doubled.numpy):
+            with pytest.raises(ts.CorruptTableError, match="'A' was replaced"):
+                run()
+        np.testing.assert_array_equal(s1.table("A").numpy(), np.arange(12).reshape(3, 4))

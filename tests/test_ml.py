@@ -852,3 +852,30 @@ def test_fit_reads_wide_integers_and_decimals_as_doubles(s):
     np.testing.assert_allclose(h.losses, [0.0])
     with pytest.raises(ts.DTypeError, match="column 'y' has type VARCHAR; the label must be numeric"):
         ml.fit(model, "SELECT d, 'x' AS y FROM huge", ["d"], "y", epochs=1, progress=False)
+
+
+def test_model_and_checkpoint_tables_never_replace_a_users_tables(s, separable):
+    """model.save and a checkpoint replaced (then dropped) tables of their names that they had not written:
+    a user's ``churn__W`` row, a user's tensor ``churn__b``, a plain ``ck__e1__W`` (a probe)."""
+    s.execute("CREATE OR REPLACE TABLE churn__W AS SELECT 42 AS important")
+    with pytest.raises(ts.CatalogError, match="table 'churn__W' exists and is not this model's"):
+        ml.LinearRegression(s, 2, dtype="float64").save("churn")
+    assert s.execute("SELECT * FROM churn__W") == [(42,)]
+    s.save(s.from_numpy(np.arange(3.0)), "churn2__b", replace=True)
+    with pytest.raises(ts.CatalogError, match="table 'churn2__b' exists"):
+        ml.LinearRegression(s, 2, dtype="float64").save("churn2")
+    np.testing.assert_array_equal(s.table("churn2__b").numpy(), np.arange(3.0))
+    mine = ml.LinearRegression(s, 2, dtype="float64")
+    mine.save("mine")
+    mine.save("MINE")  # its own tables: saved again
+    s.execute("CREATE OR REPLACE TABLE cku__e1__W AS SELECT 'keep me' AS note")
+    with pytest.raises(ts.ConfigError, match="would write table 'cku__e1__W', a table or view it did not"):
+        ml.fit(ml.LogisticRegression(s, 4), "points", ["f0", "f1", "f2", "f3"], "label", epochs=2,
+               checkpoint="cku", progress=False)  # fmt: skip
+    assert s.execute("SELECT * FROM cku__e1__W") == [("keep me",)]
+    with pytest.raises(ts.ConfigError, match="'_ts_ck' is a name tensorsql reserves"):
+        ml.fit(ml.LogisticRegression(s, 4), "points", ["f0", "f1", "f2", "f3"], "label", epochs=1,
+               checkpoint="_ts_ck", progress=False)  # fmt: skip
+    s.execute("UPDATE tensorsql_models SET config = replace(config, '2', '3') WHERE lower(name) = 'mine'")
+    with pytest.raises(ts.CatalogError, match="saved model 'mine': its weights do not fit its"):
+        ml.load(s, "mine")

@@ -151,6 +151,15 @@ class Model:
                 exp.Literal.string(json.dumps({**self.config(), "dtype": self.dtype})),
             ]
         )
+        # a first save never replaces tables it did not write: a user's table "churn__W" was overwritten
+        if not _saved(s, name):
+            here = s.local_executor.names_here()
+            taken = [f"{name}__{k}" for k in self.params if metadata.fold(f"{name}__{k}") in here]
+            if taken:
+                raise CatalogError(
+                    f"save model {name!r}: table {taken[0]!r} exists and is not this model's (no model "
+                    f"{name!r} is saved); give the model another name, or drop the table"
+                )
         # the weights and the row together (a model half saved is no model); inside a transaction the
         # user began, part of it. A name in another case is the same model: DuckDB's table names fold
         # case, so "Churn" and "churn" would share weight tables
@@ -163,6 +172,11 @@ class Model:
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{v.shape}" for k, v in self.params.items())
         return f"<{type(self).__name__} {self.dtype} {shapes}>"
+
+
+def _saved(s: Session, name: str) -> bool:
+    """Whether a model of this name (any case of its ASCII letters) has a row in ``tensorsql_models``."""
+    return not isinstance(_named(s, name), exp.Boolean)
 
 
 def _named(s: Session, name: str) -> exp.Expression:
@@ -405,7 +419,10 @@ def load(session: Session, name: str) -> Model:
         raise CatalogError(
             f"saved model {name!r}: its {MODELS} row is corrupted ({what}): {config!r}"
         ) from exc
-    model.set_params([session.table(f"{name}__{k}") for k in model.names])
+    try:
+        model.set_params([session.table(f"{name}__{k}") for k in model.names])
+    except (ShapeError, DTypeError) as exc:  # sizes in the row that its weight tables do not have
+        raise CatalogError(f"saved model {name!r}: its weights do not fit its {MODELS} row: {exc}") from exc
     return model
 
 

@@ -27,7 +27,7 @@ from sqlglot import exp
 from tensorsql.autodiff import grad
 from tensorsql.errors import ConfigError, DTypeError, ShapeError
 from tensorsql.frontend import wide
-from tensorsql.metadata import fold
+from tensorsql.metadata import fold, is_reserved
 from tensorsql.ml.optim import SGD, Optimizer
 
 if TYPE_CHECKING:
@@ -176,6 +176,7 @@ def fit(
             if saved is not None:
                 start, history.losses = saved
                 history.resumed_after = start
+            ck.check_free(model, optimizer, start, epochs)
         batches = math.ceil(n / batch_size)
         row_bytes = (len(feats) + 1) * np.dtype(model.dtype).itemsize
         chunk = batch_size * max(1, READ_BYTES // (row_bytes * batch_size))  # whole batches per read
@@ -563,9 +564,26 @@ class Checkpoint:
     def __init__(self, session: Session, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise ConfigError(f"fit: checkpoint must be a name, got {name!r}")
+        if is_reserved(name):  # its tables would be refused at the first save, after an epoch had trained
+            raise ConfigError(f"fit: checkpoint {name!r} is a name tensorsql reserves for its own tables")
         self.s = session
         self.name = name
         self.progress = exp.Table(this=_ident(f"{name}__progress"))
+
+    def check_free(self, model: Model, optimizer: Optimizer, start: int, epochs: int) -> None:
+        """Before training: the tables of the epochs to come are free, or tensor tables an earlier run of
+        this checkpoint wrote before it was stopped; a user's table of such a name (``ck__e1__W``) was
+        replaced, then dropped with the epoch."""
+        local = self.s.local_executor
+        here = local.names_here()
+        tensors = {fold(n) for n in self.s.tables()}
+        for epoch in range(start + 1, epochs + 1):
+            for table in self._tables(model, optimizer, epoch).values():
+                if fold(table) in here and fold(table) not in tensors:
+                    raise ConfigError(
+                        f"fit: checkpoint {self.name!r} would write table {table!r}, a table or view it did "
+                        "not write; give another checkpoint name, or drop it"
+                    )
 
     def _tables(self, model: Model, optimizer: Optimizer, epoch: int) -> dict[str, str]:
         out = {f"param:{k}": f"{self.name}__e{epoch}__{k}" for k in model.names}

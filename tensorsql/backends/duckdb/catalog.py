@@ -286,6 +286,16 @@ def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name, name]))
 
 
+def names_here(con: duckdb.DuckDBPyConnection) -> set[str]:
+    """The folded names of every table and view here, in one lookup (a check of many names at once)."""
+    def named(function: str, column: str) -> exp.Select:
+        source = exp.Table(this=exp.Anonymous(this=function, expressions=[]))
+        return exp.select(exp.alias_(column, "n")).from_(source).where(_here())
+
+    q = exp.union(named("duckdb_tables", "table_name"), named("duckdb_views", "view_name"), distinct=False)
+    return {fold(r[0]) for r in _rows(con, q, [])}
+
+
 def temporary_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether a temporary table or view ``name`` (any case of its ASCII letters) is on the connection: it
     would hide a tensor table of that name from every read."""

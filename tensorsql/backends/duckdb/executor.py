@@ -301,6 +301,11 @@ class DuckDBExecutor:
         with self._lock:
             return catalog.temporary_exists(self.con, name)
 
+    def names_here(self) -> set[str]:
+        """The folded names of the tables and views of the current schema (``catalog.names_here``)."""
+        with self._lock:
+            return catalog.names_here(self.con)
+
     def has_table(self, name: str) -> bool:
         """Whether a table or view ``name`` is here (the current schema, any case of its ASCII letters). A
         lookup, not a read on the chance: inside the user's transaction a failed read aborts it."""
