@@ -1305,6 +1305,10 @@ def shared_steps(roots: Sequence[E.Node]) -> list[E.Node]:
 _TEMP_WORD = re.compile(r"\btemp(orary)?\b", re.IGNORECASE)
 
 
+#: the largest dimension a shape may give (block keys and element offsets are int64)
+MAX_DIMENSION = 2**62
+
+
 def _shape(shape: object, what: str) -> tuple[int, ...]:
     """A user's shape as a tuple of non-negative ints, or a ShapeError naming the call."""
     try:
@@ -1316,6 +1320,8 @@ def _shape(shape: object, what: str) -> tuple[int, ...]:
         raise ShapeError(f"{what}: shape={shape!r} is not a sequence of ints") from exc
     if any(n < 0 for n in shp):
         raise ShapeError(f"{what}: shape {shp} has a negative dimension")
+    if any(n > MAX_DIMENSION for n in shp):  # 10**20 reached DuckDB as a HUGEINT: its Binder Error
+        raise ShapeError(f"{what}: shape {shp} has a dimension past 2**62 elements")
     return shp
 
 

@@ -15,6 +15,7 @@ from test_einsum_numpy import make_operands
 from tolerance import assert_einsum_close
 
 import tensorsql as ts
+from tensorsql import ml
 from tensorsql.frontend import sql as sqlfront
 
 
@@ -789,3 +790,32 @@ def test_a_cte_named_like_a_tensor_is_refused(db):
         db.sql(f"WITH tensorsql_catalog AS ({fake}) SELECT * FROM tensor_cells('cte_t')")
     rows = db.sql("WITH other AS (SELECT 1) SELECT * FROM tensor_cells(cte_t)").fetchall()
     assert sorted(rows) == [(0, 0, 1.5), (0, 1, 2.5), (0, 2, 3.5)]
+
+
+def test_probe_round_two_sql_findings(db):
+    """A PIVOT statement over tensor functions lost its source's table qualifiers (a correlated subquery's
+    w.i0 = c.i0 became true); SELECT ... FROM tensor_cells(A) PIVOT (...) dropped the pivot; an integer
+    tensor_map param went through float (2**53 + 1 -> 2**53); a predict in a predict's query reached DuckDB;
+    a shape of 10**20 was DuckDB's Binder Error."""
+    db.save(db.from_numpy(np.array([[1.0, 2.0], [3.0, 4.0]])), "pv", replace=True)
+    db.save(db.from_numpy(np.array([1], dtype=np.int64)), "pv_i", replace=True)
+    with pytest.raises(ts.SQLFrontendError, match="a PIVOT or UNPIVOT statement over tensor functions"):
+        db.sql("SELECT * FROM (PIVOT (SELECT * FROM tensor_cells(pv)) ON i1 USING sum(value))")
+    got = db.sql("SELECT * FROM tensor_cells(pv) PIVOT (sum(value) FOR i1 IN (0, 1)) ORDER BY i0").fetchall()
+    assert got == [(0, 1.0, 2.0), (1, 3.0, 4.0)]
+    with pytest.raises(ts.RangeError, match="9007199254740993 has no exact float64"):
+        db.sql("SELECT * FROM tensor_cells(tensor_map(pv_i, 'scale', 9007199254740993))")
+    assert db.sql("SELECT * FROM tensor_cells(tensor_map(pv_i, 'scale', -3))").fetchall() == [(0, -3)]
+    with pytest.raises(ts.ShapeError, match=r"a dimension past 2\*\*62"):
+        big = 10**19
+        db.sql(f"SELECT * FROM tensor_cells(tensor_from_cells((SELECT 0, 1.0), shape => [{big}]))")
+    db.execute("CREATE OR REPLACE TABLE pd AS SELECT range AS id, range * 0.1 AS a, range * 0.2 AS b "
+               "FROM range(4)")
+    model = ml.LinearRegression(db, 2, dtype="float64")
+    model.set_params([np.array([1.0, 10.0]), np.array(0.5)])
+    model.save("pv_lin")
+    inner = "predict('pv_lin', (SELECT id, a, b FROM pd), key => 'id')"
+    rows = db.sql(f"SELECT * FROM predict('pv_lin', (SELECT id, prediction AS a, 0.0 AS b FROM {inner}), "
+                  "key => 'id') ORDER BY id").fetchall()  # fmt: skip
+    x = np.arange(4) * 0.1
+    np.testing.assert_allclose([r[1] for r in rows], (x + 10 * 2 * x + 0.5) + 0.5, rtol=1e-12)

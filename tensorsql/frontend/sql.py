@@ -85,7 +85,8 @@ def _plain_predict(node: exp.Expression) -> exp.Expression:
     if not isinstance(node, exp.Predict):
         return node
     args = [node.args[k] for k in ("this", "expression", "params_struct") if node.args.get(k) is not None]
-    return exp.Anonymous(this="predict", expressions=args)
+    # its arguments too: a predict in the query of a predict reached DuckDB as PREDICT(MODEL ...)
+    return exp.Anonymous(this="predict", expressions=[a.transform(_plain_predict) for a in args])
 
 
 def _explained(text: str) -> str | None:
@@ -354,7 +355,15 @@ class _Rewriter:
                 rel = self.relation(node)
                 self.calls.append((_where(node), rel))
                 query = self.query(rel)
-            parent.replace(exp.Subquery(this=query, alias=alias.copy()))
+            sub = exp.Subquery(this=query, alias=alias.copy())
+            for key in ("pivots", "sample", "laterals", "joins"):  # what the FROM item carried: its PIVOT was
+                if parent.args.get(key):  # dropped (the cells came back unpivoted)
+                    sub.set(key, parent.args[key])
+            unsupported = ("hints", "system_time", "version", "ordinality", "when", "partition", "changes")
+            kept = [k for k in unsupported if parent.args.get(k)]
+            if kept:
+                raise SQLFrontendError(f"{_where(node)}: {kept[0]} on a tensor function is not supported")
+            parent.replace(sub)
         return statement
 
     def query(self, rel: TensorRelation, dense: bool = False) -> exp.Query:
@@ -477,6 +486,14 @@ def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
         return Rewritten(statement, r.calls, create, made=r.made)
     if not explain and not any(_ours(n, FUNCTIONS) for n in statement.find_all(exp.Anonymous)):
         return Rewritten(statement, original=text)  # no tensor syntax: DuckDB gets the text as written
+    if any(p.this is not None for p in statement.find_all(exp.Pivot)):
+        # sqlglot writes a PIVOT/UNPIVOT statement with its source's columns unqualified: a correlated
+        # subquery's w.i0 = c.i0 became i0 = i0 (true), and the generated joins' columns ambiguous
+        raise SQLFrontendError(
+            "a PIVOT or UNPIVOT statement over tensor functions is refused (its rewrite would drop their "
+            "table qualifiers); write SELECT ... FROM <source> PIVOT (...), or save the tensor's cells first "
+            "(CREATE TABLE c AS SELECT * FROM tensor_cells(...))"
+        )
     statement = r.rewrite(statement)
     return Rewritten(statement, r.calls, None, explain, r.made, temps=r.temps, unbound=r.unbound)
 
@@ -528,10 +545,14 @@ def _string(node: exp.Expression, call: exp.Expression, what: str) -> str:
     raise SQLFrontendError(f"{_where(call)}: {what} must be a string literal, got {_where(node)}")
 
 
-def _number(node: exp.Expression, call: exp.Expression, what: str) -> float:
+def _number(node: exp.Expression, call: exp.Expression, what: str) -> float | int:
+    """A numeric literal: an integer one as an exact int (through float, 2**53 + 1 became 2**53 where the
+    Python API raises RangeError)."""
     sign = 1.0
     if isinstance(node, exp.Neg):
         sign, node = -1.0, node.this
+    if isinstance(node, exp.Literal) and not node.is_string and node.is_int:
+        return int(node.name) if sign > 0 else -int(node.name)
     if isinstance(node, exp.Literal) and not node.is_string:
         value = sign * float(node.name)
         if value != value or value in (float("inf"), float("-inf")):
