@@ -857,10 +857,10 @@ def test_fit_reads_wide_integers_and_decimals_as_doubles(s):
 def test_model_and_checkpoint_tables_never_replace_a_users_tables(s, separable):
     """model.save and a checkpoint replaced (then dropped) tables of their names that they had not written:
     a user's ``churn__W`` row, a user's tensor ``churn__b``, a plain ``ck__e1__W`` (a probe)."""
-    s.execute("CREATE OR REPLACE TABLE churn__W AS SELECT 42 AS important")
-    with pytest.raises(ts.CatalogError, match="table 'churn__W' exists and is not this model's"):
-        ml.LinearRegression(s, 2, dtype="float64").save("churn")
-    assert s.execute("SELECT * FROM churn__W") == [(42,)]
+    s.execute("CREATE OR REPLACE TABLE users_only__W AS SELECT 42 AS important")
+    with pytest.raises(ts.CatalogError, match="table 'users_only__W' exists and is not this model's"):
+        ml.LinearRegression(s, 2, dtype="float64").save("users_only")
+    assert s.execute("SELECT * FROM users_only__W") == [(42,)]
     s.save(s.from_numpy(np.arange(3.0)), "churn2__b", replace=True)
     with pytest.raises(ts.CatalogError, match="table 'churn2__b' exists"):
         ml.LinearRegression(s, 2, dtype="float64").save("churn2")
