@@ -249,8 +249,16 @@ class Session:
             return
         entries = [self.executor.catalog.get(n) for n in names]  # type: ignore[attr-defined]
         guard = duck_catalog.unchanged(entries, f"view {statement.this.sql(dialect='duckdb')}")
+        # the guard as a materialized CTE joined first: DuckDB computes it before the body's kernels (as a
+        # filter over the body, a replaced tensor's blobs reached a kernel first: its blob-size error)
         alias = exp.TableAlias(this=exp.to_identifier("_ts_view"))
-        guarded = exp.select(exp.Star()).from_(exp.Subquery(this=body, alias=alias)).where(guard)
+        guarded = (
+            exp.select(exp.Column(this=exp.Star(), table=exp.to_identifier("_ts_view")))
+            .from_(exp.Table(this=exp.to_identifier("_ts_guard")))
+            .join(exp.Subquery(this=body, alias=alias), join_type="cross")
+            .where(exp.column("ok", "_ts_guard"))
+            .with_("_ts_guard", exp.select(exp.alias_(guard, "ok")), materialized=True)
+        )
         statement.set("expression", guarded)
 
     def _insert(self, name: str, rel: TensorRelation) -> None:

@@ -769,6 +769,15 @@ def test_a_view_over_tensor_functions_refuses_a_replaced_tensor(tmp_path):
         with pytest.raises(duckdb.Error, match=r"view vw reads tensor 'VA' as float64 .* replaced"):
             s.sql("SELECT * FROM vw").fetchall()
         assert s.sql("SELECT * FROM vw_plain").fetchall() == [(1,)]
+        # replaced in other blocks: the guard fires before a kernel reads the new blobs (the kernel's
+        # blob-size error came first, a probe)
+        s.from_numpy(x, block_shape=(3, 4)).save("VA", replace=True)
+        s.sql("CREATE OR REPLACE VIEW vw2 AS SELECT * FROM tensor_cells(einsum('ij->ji', VA))")
+        s.from_numpy(x, block_shape=(1, 2)).save("VA", replace=True)
+        with pytest.raises(duckdb.Error, match=r"view vw2 reads tensor 'VA' as float64 .* replaced"):
+            s.sql("SELECT * FROM vw2").fetchall()
+        s.from_numpy(x, block_shape=(3, 4)).save("VA", replace=True)
+        assert len(s.sql("SELECT * FROM vw2").fetchall()) == 12
 
 
 def test_a_cte_named_like_a_tensor_is_refused(db):
