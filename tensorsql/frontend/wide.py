@@ -138,15 +138,16 @@ def _exact(value: exp.Expression, sql_type: str, dtype: str, row: str, j: int) -
     ``from_sql``'s own check words it)."""
     if np.dtype(dtype).kind not in "iu":
         return exp.cast(value, exp.DataType.build("DOUBLE"))
-    if sql_type == "BOOLEAN":
-        return exp.cast(value, exp.DataType.build("HUGEINT"))
+    base = sql_type.split("(")[0].strip()
+    if sql_type == "BOOLEAN" or (base in ingest.INTEGRAL and base != "UHUGEINT"):
+        return exp.cast(value, exp.DataType.build("HUGEINT"))  # exact; from_sql checks the dtype's range
 
     def fail(*what: str | exp.Expression) -> exp.Expression:
         where = exp.column(row, quoted=True)
         return ingest.row_failure("the row with coordinates (", where, f", {j})", *what)
 
     # checked before the cast: a fraction would be rounded, a UHUGEINT past 2**127 fail to cast
-    checked = ingest.integer_checked(value, sql_type.split("(")[0].strip(), dtype, fail)
+    checked = ingest.integer_checked(value, base, dtype, fail)
     return exp.cast(checked, exp.DataType.build("HUGEINT"))
 
 
