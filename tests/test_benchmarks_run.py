@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -31,3 +33,14 @@ def test_the_gpu_benchmark_runs_on_the_emulated_device():
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
     text = out.stdout
     assert "total " in text and "TCCG 24" in text and "REL-ERR" not in text, text[-3000:]
+
+
+def test_the_cluster_benchmark_runs_at_small_sizes():
+    """benchmarks/cluster.py: one LocalCluster of 2 workers, the chains at small sizes, every row."""
+    pytest.importorskip("distributed")
+    cmd = [sys.executable, "-m", "benchmarks.cluster", "--workers", "2", "--repeat", "1"]
+    cmd += ["--s-square", "64", "--s-skewed", "96"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
+    text = out.stdout
+    assert text.count("over the arrays:") == 2 and "tensorsql eindecomp, arrays" in text, text[-3000:]

@@ -37,6 +37,28 @@ def test_the_session_runs_on_a_local_cluster(cs):
     assert cs.threads == 2  # the planner's p: every worker's threads
 
 
+def _stream_intervals(dask_scheduler=None) -> list[float]:
+    return [stream.interval for stream in dask_scheduler.stream_comms.values()]
+
+
+def test_the_sessions_own_streams_hold_a_message_a_millisecond_at_most(cs):
+    """Dask's batching held a run's graph up to 10 ms behind the last run's released keys, and a stage's
+    task up to 5 ms behind the frees sent to its worker: the streams a session owns (its client's, and its
+    LocalCluster scheduler's to every worker, also one that joins later) batch for 1 ms."""
+    assert cs.client.scheduler_comm.interval == DX.STREAM_INTERVAL == 0.001
+    assert cs.client.run_on_scheduler(_stream_intervals) == [DX.STREAM_INTERVAL] * 2
+    plugin = DX._PromptStreams()
+
+    class Scheduler:  # a worker joining later: its stream is made before the plugins hear of it
+        def __init__(self) -> None:
+            self.stream_comms = {"tcp://new": distributed.batched.BatchedSend(interval="5ms")}
+
+    scheduler = Scheduler()
+    plugin.add_worker(scheduler, "tcp://new")
+    plugin.add_worker(scheduler, "tcp://gone")  # a worker already gone again: nothing to set
+    assert scheduler.stream_comms["tcp://new"].interval == DX.STREAM_INTERVAL
+
+
 @pytest.mark.parametrize("case", EQUATIONS, ids=lambda c: c.id)
 def test_equations_on_the_cluster_match_numpy(cs, case):
     check_mixed_einsum(cs, case, "cluster")
@@ -57,6 +79,37 @@ def test_the_papers_chain_with_each_strategy(cs, strategy):
     cde = cs.einsum("ij,jk->ik", c, cs.einsum("ij,jk->ik", d, e, strategy=strategy), strategy=strategy)
     got = cs.einsum("ik,ik->ik", ab, cde, join="add", strategy=strategy).numpy()
     np.testing.assert_allclose(got, a @ b + c @ (d @ e), rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+
+
+def test_a_relation_over_arrays_ships_them_once_and_lets_go_with_them(cs, monkeypatch):
+    """A relation run again reads its array operands where its last run put them (``keep``, as in one
+    process), not through the client again; a run of its plan with other arrays, or one that keeps nothing,
+    ships its own; the partitions go when the relation does."""
+    import gc
+
+    shipped = []
+    scatter = DX.DaskExecutor._scatter
+    monkeypatch.setattr(DX.DaskExecutor, "_scatter", lambda self, *a: shipped.append(1) or scatter(self, *a))
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((60, 40)), rng.standard_normal((40, 30))
+    rel = cs.einsum("ij,jk->ik", x, y, blocks={"i": 2})
+    for _ in range(3):
+        assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+        assert len(shipped) == 2
+    assert rel.to_arrow().num_rows == 2 and len(shipped) == 2
+    doubled = {op: 2 * a for op, a in rel.bindings.items()}  # the plan run with other arrays ships those
+    assert_einsum_close(cs.value(rel.plan(), doubled, keep=True), "ij,jk->ik", 2 * x, 2 * y)
+    assert len(shipped) == 4
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+    assert len(shipped) == 6
+    assert_einsum_close(cs.value(rel.plan(), rel.bindings), "ij,jk->ik", x, y)  # keeps nothing (eager)
+    assert len(shipped) == 8 and rel.plan() not in cs.executor._kept
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+    assert len(shipped) == 10 and len(cs.executor._kept[rel.plan()]) == 2
+    plan = rel.plan()
+    del rel, doubled
+    gc.collect()
+    assert not cs.executor._kept.get(plan)  # the arrays gone with the relation: nothing held for them
 
 
 def test_a_stage_runs_on_every_worker(cs):
@@ -416,6 +469,12 @@ def test_a_cluster_started_from_the_dask_command_line(tmp_path):
         address = __import__("json").loads(info.read_text())["address"]
         with ts.connect(cluster=address) as s:
             s.client.wait_for_workers(2, timeout=60)
+            # the session's own client batches for 1 ms; the scheduler, which others share, is left as it is
+            assert s.client.scheduler_comm.interval == DX.STREAM_INTERVAL
+            intervals = s.client.run_on_scheduler(  # by value: that scheduler cannot import this module
+                lambda dask_scheduler: {b.interval for b in dask_scheduler.stream_comms.values()}
+            )
+            assert intervals == {0.005}
             x = np.random.default_rng(4).standard_normal((40, 30))
             rel = s.einsum("ij,jk->ik", s.from_numpy(x, block_shape=(10, 10)), x.T, blocks={"i": 4})
             assert_einsum_close(rel.numpy(), "ij,jk->ik", x, x.T)

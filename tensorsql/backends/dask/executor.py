@@ -128,6 +128,11 @@ class StageReport:
 
 #: tasks per worker ``explain`` lists by their blocks
 SHOWN_TASKS = 8
+#: seconds a Dask batched stream holds a message after the one before it, on the streams this session owns.
+#: Dask's own are 10 ms (client to scheduler) and 5 ms (scheduler to a worker): a run's graph sent within
+#: 10 ms of the last run's released keys waited out the rest, and a stage's task for a worker just sent the
+#: last run's frees reached it up to 5 ms after the others (~6 ms of a 70 ms chain: benchmarks/RESULTS.md)
+STREAM_INTERVAL = 0.001
 
 
 def _box(table: pa.Table, keys: tuple[str, ...]) -> Box:
@@ -179,6 +184,12 @@ def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: 
     finally:
         if cur is not None:
             cur.close()
+
+
+def _usable(rel: DistRel) -> bool:
+    """Every partition still held or to be made again (a lost worker's pieces are recomputed from their
+    tasks); not one that failed or was cancelled (a closed client)."""
+    return all(p.future.status not in ("error", "cancelled") for p in rel.parts)
 
 
 def _view(i: int) -> str:
@@ -356,6 +367,12 @@ class DaskExecutor:
         self._sql: weakref.WeakKeyDictionary[Plan, dict[tuple, dict[tuple, str]]] = (
             weakref.WeakKeyDictionary()
         )
+        #: per plan run with ``keep`` (a relation's): operand index -> (its array, weakly, and its partitions
+        #: on the workers), read again by the plan's next run with the same array instead of shipped again;
+        #: let go with the array (the relation), not with the plan, which the plan cache keeps longer
+        self._kept: weakref.WeakKeyDictionary[Plan, dict[int, tuple[weakref.ref, DistRel]]] = (
+            weakref.WeakKeyDictionary()
+        )
         try:
             client.register_plugin(worker_side.TensorSQLWorker(spill=spill), name=worker_side.NAME)
         except Exception as exc:
@@ -421,6 +438,7 @@ class DaskExecutor:
             return
         self.closed = True
         self._rels.clear()
+        self._kept.clear()
         try:
             if self._own_client:
                 self.client.close()
@@ -545,7 +563,7 @@ class DaskExecutor:
     def run_arrow(
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], *, keep: bool = False
     ) -> pa.Table:
-        rel = self._execute(plan, bindings)
+        rel = self._execute(plan, bindings, keep=keep)
         # from the workers themselves where this session started them (one hop, no copy through the
         # scheduler); an attached cluster's workers may not be reachable from here: Dask's own setting
         direct = True if self._cluster is not None else None
@@ -749,10 +767,17 @@ class DaskExecutor:
         temps[name] = self._scatter(table, s)
         return name
 
-    def _execute(self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray]) -> DistRel:
+    def _execute(
+        self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], *, keep: bool = False
+    ) -> DistRel:
+        """The plan's stages sent to the cluster; its result's partitions (futures). ``keep``: the array
+        operands stay on the workers for the plan's next run with the same arrays (``Executor.run_arrow``),
+        as a relation's uploads stay in one process: a relation run again ships nothing through the client."""
         temps: dict[str, DistRel] = {}
         self._last_run = []
         leaves: dict[T.Rel, T.Rel] = {}
+        kept = self._kept.get(plan, {}) if keep else {}
+        scattered: dict[int, tuple[np.ndarray, DistRel]] = {}
 
         def leaf(rel: T.Rel) -> T.Rel:
             if rel in leaves:
@@ -762,9 +787,15 @@ class DaskExecutor:
                 arr = bindings.get(op)
                 if arr is None:
                     raise ShapeError(f"operand {op.name!r} has no array bound to it")
-                table = arrow.split(np.asarray(arr), plan.block_shape(op), op.dtype)
+                hit = kept.get(rel.index)
+                if hit is not None and hit[0]() is arr and _usable(hit[1]):
+                    dist = hit[1]
+                else:
+                    table = arrow.split(np.asarray(arr), plan.block_shape(op), op.dtype)
+                    dist = self._scatter(table, rel.schema)
+                scattered[rel.index] = (arr, dist)
                 name = f"_ts_dist_{next(_ids)}"
-                temps[name] = self._scatter(table, rel.schema)
+                temps[name] = dist
                 out: T.Rel = T.Scan(rel.schema, name)
             elif isinstance(rel, T.Scan):
                 out = T.Scan(rel.schema, self._source(rel, temps))
@@ -779,6 +810,17 @@ class DaskExecutor:
         result = run.last(root)
         run.batch.send()
         self._last_run = run.reports
+        if keep:
+            held: dict[int, tuple[weakref.ref, DistRel]] = {}
+            for index, (arr, dist) in scattered.items():
+                try:
+                    ref = weakref.ref(arr, lambda _, held=held, index=index: held.pop(index, None))
+                except TypeError:  # not an ndarray (no weak references): shipped again next time
+                    continue
+                held[index] = (ref, dist)
+            self._kept[plan] = held
+        else:
+            self._kept.pop(plan, None)
         return result
 
 
@@ -1099,8 +1141,36 @@ def start(workers: int, threads_per_worker: int, memory_limit: int | str | None 
     except BaseException:
         cluster.close()
         raise
+    _prompt(client)
+    try:  # the scheduler is this session's own: its streams to the workers, also to those that join later
+        client.register_plugin(_PromptStreams(), name=_PromptStreams.name)
+    except Exception as exc:  # only slower: every message still arrives
+        log.info("tensorsql: cannot shorten the scheduler's stream intervals: %s", exc)
     print(f"tensorsql: Dask dashboard at {cluster.dashboard_link}", file=sys.stderr)
     return client, cluster
+
+
+def _prompt(client: Any) -> None:
+    """The client's stream to the scheduler holds a message for ``STREAM_INTERVAL`` at most."""
+    stream = getattr(client, "scheduler_comm", None)
+    if stream is not None and hasattr(stream, "interval"):
+        stream.interval = STREAM_INTERVAL
+
+
+class _PromptStreams(distributed.SchedulerPlugin):
+    """On a LocalCluster's scheduler (this session's own, not an attached one, which others share): its
+    streams to the workers hold a message for ``STREAM_INTERVAL`` at most."""
+
+    name = "tensorsql-streams"
+
+    def start(self, scheduler: Any) -> None:
+        for address in list(scheduler.stream_comms):
+            self.add_worker(scheduler, address)
+
+    def add_worker(self, scheduler: Any = None, worker: str = "") -> None:
+        stream = scheduler.stream_comms.get(worker)
+        if stream is not None and hasattr(stream, "interval"):
+            stream.interval = STREAM_INTERVAL
 
 
 #: seconds to wait for a scheduler's answer
@@ -1114,9 +1184,11 @@ def attach(cluster: object) -> Any:
     if not isinstance(cluster, str) or not cluster.strip():
         raise ConfigError(f"cluster={cluster!r} must be a scheduler address ('tcp://host:8786') or a Client")
     try:
-        return distributed.Client(cluster, timeout=ATTACH_TIMEOUT)
+        client = distributed.Client(cluster, timeout=ATTACH_TIMEOUT)
     except (OSError, TimeoutError, ValueError, TypeError) as exc:  # TypeError: tls:// without a TLS context
         raise ConfigError(f"cannot reach the Dask scheduler at {cluster!r}: {exc}") from exc
+    _prompt(client)  # the session's own client (a Client passed in is the caller's, left as it is)
+    return client
 
 
 __all__ = ["DaskExecutor", "attach", "start"]
