@@ -10,6 +10,8 @@ Dask's: task results, transfers).
 
 from __future__ import annotations
 
+import atexit
+import gc
 import logging
 import os
 from typing import Any
@@ -72,6 +74,8 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         )
         setattr(worker, ATTRIBUTE, executor)
         setattr(worker, SPILL, self.spill)
+        if old is None:
+            settle_heap()
 
     def teardown(self, worker: Any) -> None:
         """Closes the worker's DuckDB when the worker closes. A plugin replaced (a session attaching) or
@@ -87,6 +91,19 @@ class TensorSQLWorker(distributed.WorkerPlugin):
                 logging.getLogger("tensorsql").warning(
                     "tensorsql: worker %s: could not close its DuckDB: %s", worker.address, exc
                 )
+
+
+def settle_heap() -> None:
+    """Moves the objects a worker holds once set up (Dask's, tensorsql's, DuckDB's Python layer: ~100k) out
+    of the garbage collector's reach, after a last collection. A full collection scanned them all, ~50 ms,
+    holding the GIL that a running task's Arrow scans wait for: one task in twenty of the square chain took
+    twice its time (benchmarks/RESULTS.md). They live as long as the worker; reference counting still frees
+    any of them let go, only a cycle among them would stay."""
+    gc.collect()
+    gc.freeze()
+    # given back as the process ends, so its last collection finalizes them: DuckDB's bindings report every
+    # object of theirs never finalized ("nanobind: leaked 28 instances!")
+    atexit.register(gc.unfreeze)
 
 
 def worker_executor() -> Any:
