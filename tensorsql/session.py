@@ -887,6 +887,8 @@ class Session:
                     raise OutOfMemoryError(
                         f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
                     ) from exc
+                if copy:  # the relation's own: nobody changes it (a cluster keeps it on the workers)
+                    arr.flags.writeable = False
                 leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name=f"operand{i}")
                 nodes.append(leaf)
                 bindings[leaf] = arr

@@ -83,24 +83,32 @@ def test_the_papers_chain_with_each_strategy(cs, strategy):
 
 def test_a_workers_heap_is_out_of_the_collectors_reach_once_set_up(cs):
     """A full collection of a worker's ~100k objects took ~50 ms, holding the GIL a task's Arrow scans
-    wait for: the plugin freezes them once the worker is set up."""
+    wait for: the plugin freezes them once a worker of the session's own LocalCluster is set up (never in
+    an attached cluster, which may run in the user's own process)."""
     import gc
 
     assert all(n > 10_000 for n in cs.client.run(gc.get_freeze_count).values())
+    before = gc.get_freeze_count()
+    cluster = distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=":0")
+    try:
+        with distributed.Client(cluster) as client, ts.connect(cluster=client) as s:
+            assert_einsum_close(s.einsum("ij->i", np.ones((3, 2))).numpy(), "ij->i", np.ones((3, 2)))
+            assert gc.get_freeze_count() == before  # this process's heap: not the session's to freeze
+    finally:
+        cluster.close()
 
 
 def test_a_relation_over_arrays_ships_them_once_and_lets_go_with_them(cs, monkeypatch):
     """A relation run again reads its array operands where its last run put them (``keep``, as in one
     process), not through the client again; a run of its plan with other arrays, or one that keeps nothing,
-    ships its own; the partitions go when the relation does."""
-    import gc
-
+    ships its own; the partitions go when the relation does, by reference counting alone."""
     shipped = []
     scatter = DX.DaskExecutor._scatter
     monkeypatch.setattr(DX.DaskExecutor, "_scatter", lambda self, *a: shipped.append(1) or scatter(self, *a))
     rng = np.random.default_rng(7)
     x, y = rng.standard_normal((60, 40)), rng.standard_normal((40, 30))
     rel = cs.einsum("ij,jk->ik", x, y, blocks={"i": 2})
+    assert not any(a.flags.writeable for a in rel.bindings.values())  # its own copies: nobody changes them
     for _ in range(3):
         assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
         assert len(shipped) == 2
@@ -116,8 +124,23 @@ def test_a_relation_over_arrays_ships_them_once_and_lets_go_with_them(cs, monkey
     assert len(shipped) == 10 and len(cs.executor._kept[rel.plan()]) == 2
     plan = rel.plan()
     del rel, doubled
-    gc.collect()
     assert not cs.executor._kept.get(plan)  # the arrays gone with the relation: nothing held for them
+
+
+def test_a_copy_false_array_changed_in_place_is_read_anew(cs):
+    """The workers hold copies: an operand its owner may change (``copy=False`` over a writable array) is
+    shipped on every run, so a run sees the change, as in one process."""
+    x = np.arange(12.0).reshape(3, 4)
+    y = np.ones((4, 2))
+    rel = cs.einsum("ij,jk->ik", x, y, copy=False)
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+    x[:] = 100.0
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+    frozen = np.arange(12.0).reshape(3, 4).copy()
+    frozen.flags.writeable = False  # nobody can change it: kept
+    rel = cs.einsum("ij,jk->ik", frozen, y, copy=False)
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", frozen, y)
+    assert list(cs.executor._kept[rel.plan()]) == [0]
 
 
 def test_a_stage_runs_on_every_worker(cs):
@@ -479,6 +502,9 @@ def test_a_cluster_started_from_the_dask_command_line(tmp_path):
             s.client.wait_for_workers(2, timeout=60)
             # the session's own client batches for 1 ms; the scheduler, which others share, is left as it is
             assert s.client.scheduler_comm.interval == DX.STREAM_INTERVAL
+            import gc
+
+            assert set(s.client.run(gc.get_freeze_count).values()) == {0}  # others' workers: left alone
             intervals = s.client.run_on_scheduler(  # by value: that scheduler cannot import this module
                 lambda dask_scheduler: {b.interval for b in dask_scheduler.stream_comms.values()}
             )

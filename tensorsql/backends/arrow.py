@@ -35,7 +35,7 @@ def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     )
 
 
-def _immutable(arr: np.ndarray) -> bool:
+def immutable(arr: np.ndarray) -> bool:
     """Whether nobody can change ``arr``'s memory: read-only down to the memory's owner (a read-only view
     of a writable array changes with it; a ``bytes`` object never changes)."""
     base: object = arr
@@ -89,7 +89,7 @@ def _split(array: np.ndarray, block_shape: tuple[int, ...], dtype: str, *, copy:
         # relation then views it) or that is the relation's alone (a conversion made it)
         flat = arr.reshape(-1).view(np.uint8)
         own = arr is not array and arr.base is None
-        data = flat if not copy or own or _immutable(arr) else flat.copy()
+        data = flat if not copy or own or immutable(arr) else flat.copy()
     else:
         data = np.empty(int(offsets[-1]), dtype=np.uint8)
         for b in range(nblocks):

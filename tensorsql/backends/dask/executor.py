@@ -186,6 +186,18 @@ def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: 
             cur.close()
 
 
+class _Kept(dict):
+    """A plan's kept operands, operand index -> (its array, weakly; its partitions): a dict that can be
+    held weakly."""
+
+
+def _drop(map_ref: weakref.ref, index: int) -> None:
+    """A kept operand's array is gone: its partitions are let go."""
+    held = map_ref()
+    if held is not None:
+        held.pop(index, None)
+
+
 def _usable(rel: DistRel) -> bool:
     """Every partition still held or to be made again (a lost worker's pieces are recomputed from their
     tasks); not one that failed or was cancelled (a closed client)."""
@@ -370,11 +382,10 @@ class DaskExecutor:
         #: per plan run with ``keep`` (a relation's): operand index -> (its array, weakly, and its partitions
         #: on the workers), read again by the plan's next run with the same array instead of shipped again;
         #: let go with the array (the relation), not with the plan, which the plan cache keeps longer
-        self._kept: weakref.WeakKeyDictionary[Plan, dict[int, tuple[weakref.ref, DistRel]]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._kept: weakref.WeakKeyDictionary[Plan, _Kept] = weakref.WeakKeyDictionary()
         try:
-            client.register_plugin(worker_side.TensorSQLWorker(spill=spill), name=worker_side.NAME)
+            plugin = worker_side.TensorSQLWorker(spill=spill, settle=cluster is not None)
+            client.register_plugin(plugin, name=worker_side.NAME)
         except Exception as exc:
             self.local.close()
             raise ConfigError(f"cannot set up tensorsql on the Dask workers: {exc}") from exc
@@ -772,7 +783,9 @@ class DaskExecutor:
     ) -> DistRel:
         """The plan's stages sent to the cluster; its result's partitions (futures). ``keep``: the array
         operands stay on the workers for the plan's next run with the same arrays (``Executor.run_arrow``),
-        as a relation's uploads stay in one process: a relation run again ships nothing through the client."""
+        as a relation's uploads stay in one process: a relation run again ships nothing through the client.
+        Only arrays nobody can change (``arrow.immutable``: a relation's own copies) are kept: the workers
+        hold copies, which would not see a ``copy=False`` array changed in place, as one process does."""
         temps: dict[str, DistRel] = {}
         self._last_run = []
         leaves: dict[T.Rel, T.Rel] = {}
@@ -805,18 +818,22 @@ class DaskExecutor:
             return out
 
         run = _Run(self, {**self._rels, **temps}, self._sql.setdefault(plan, {}))
-        root = leaf(plan.tra)
+        try:
+            root = leaf(plan.tra)
+        finally:  # ``leaf`` calls itself through its closure: a cycle that held the arrays till a collection
+            leaf = None  # type: ignore[assignment]
         run.rels.update(temps)
         result = run.last(root)
         run.batch.send()
         self._last_run = run.reports
         if keep:
-            held: dict[int, tuple[weakref.ref, DistRel]] = {}
+            held = _Kept()
+            # the callbacks hold the map weakly: it and its partitions go by reference counting
+            map_ref = weakref.ref(held)
             for index, (arr, dist) in scattered.items():
-                try:
-                    ref = weakref.ref(arr, lambda _, held=held, index=index: held.pop(index, None))
-                except TypeError:  # not an ndarray (no weak references): shipped again next time
+                if not arrow.immutable(arr):  # copy=False over an array its owner may change: shipped anew
                     continue
+                ref = weakref.ref(arr, lambda _, index=index: _drop(map_ref, index))
                 held[index] = (ref, dist)
             self._kept[plan] = held
         else:

@@ -44,13 +44,17 @@ def worker_limits(nthreads: int, worker_limit: int | None, workers_here: int = 1
 
 class TensorSQLWorker(distributed.WorkerPlugin):
     """The plugin: ``client.register_plugin(TensorSQLWorker(), name=NAME)``. ``spill``: the worker's DuckDB
-    is a database file under the worker's local directory (DuckDB spills beside it), else in memory."""
+    is a database file under the worker's local directory (DuckDB spills beside it), else in memory.
+    ``settle``: the worker is a process of a LocalCluster the session started, whose heap it may freeze
+    (``settle_heap``); never a worker of an attached cluster, which others share and which may even run in
+    the user's own process (``LocalCluster(processes=False)``)."""
 
     name = NAME
 
-    def __init__(self, spill: bool = False, workers_here: int = 1) -> None:
+    def __init__(self, spill: bool = False, workers_here: int = 1, settle: bool = False) -> None:
         self.spill = spill
         self.workers_here = workers_here
+        self.settle = settle
 
     def setup(self, worker: Any) -> None:
         """Every session that attaches registers the plugin again: a worker keeps the DuckDB it has (other
@@ -74,8 +78,10 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         )
         setattr(worker, ATTRIBUTE, executor)
         setattr(worker, SPILL, self.spill)
-        if old is None:
+        if old is None and self.settle:
             settle_heap()
+        elif old is not None and gc.get_freeze_count():
+            gc.unfreeze()  # the replaced DuckDB was frozen with the heap: collectable again once let go
 
     def teardown(self, worker: Any) -> None:
         """Closes the worker's DuckDB when the worker closes. A plugin replaced (a session attaching) or
