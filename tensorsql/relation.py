@@ -14,7 +14,7 @@ from sqlglot import exp
 from tensorsql import operators
 from tensorsql.backends import arrow
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError, OperatorError, ShapeError, ShapeTypeError
+from tensorsql.errors import ConfigError, OperatorError, OutputError, ShapeError, ShapeTypeError
 from tensorsql.ir import blocking
 from tensorsql.ir import expr as E
 
@@ -219,7 +219,16 @@ class TensorRelation:
         number = rpower and isinstance(inputs[0], numbers.Real) and self.dtype.kind == "f"
         if method == "__call__" and not kwargs and number:  # ``np.float64(2) ** rel``: the map's relation
             return operators.rpower(self if name == "power" else self.astype("float64"), inputs[0])
+        outs = kwargs.get("out", ())
+        if any(isinstance(o, TensorRelation) for o in (outs if isinstance(outs, tuple) else (outs,))):
+            # numpy would hand the call back to the relation again and again (a segfault, out of C stack)
+            raise OutputError(
+                f"np.{name}(..., out=<relation>): a relation cannot be written into; give out= a numpy array"
+            )
+        if method == "at" and inputs and isinstance(inputs[0], TensorRelation):
+            raise OutputError(f"np.{name}.at: a relation cannot be changed in place; compute a new one")
         arrays = [i.numpy() if isinstance(i, TensorRelation) else i for i in inputs]
+        kwargs = {k: v.numpy() if isinstance(v, TensorRelation) else v for k, v in kwargs.items()}
         return getattr(ufunc, method)(*arrays, **kwargs)
 
     def __add__(self, other: object) -> TensorRelation:

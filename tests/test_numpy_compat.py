@@ -348,3 +348,27 @@ def test_a_non_finite_memory_limit_is_a_type_error():
     for limit in (float("inf"), float("nan")):
         with pytest.raises(ts.EinsumTypeError, match="memory limit must be a finite number"):
             ts.einsum("ij,jk,kl->il", *ops, optimize=("greedy", limit))
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda X, s: np.add(X, 1, out=X),
+        lambda X, s: np.exp(np.ones(4), out=X),
+        lambda X, s: np.negative(X, out=(X,)),
+    ],
+    ids=["add", "exp", "tuple"],
+)
+def test_a_ufunc_writing_into_a_relation_is_a_typed_error(call):
+    """numpy handed such a call back to the relation again and again: the interpreter died of a segfault.
+    (``np.add.reduce(a, out=X)`` raises the same error; numpy 2.5 then keeps a reference to ``X`` for good,
+    so it is not called here, where the session would outlive the test.)"""
+    with ts.connect() as s:
+        X = s.from_numpy(np.arange(4.0))
+        with pytest.raises(ts.OutputError, match="cannot be written into"):
+            call(X, s)
+        with pytest.raises(ts.OutputError, match="cannot be changed in place"):
+            np.add.at(X, [0], 100.0)
+        out = np.zeros(4)
+        assert np.add(X, 1, out=out) is out  # a numpy out= still works
+        np.testing.assert_array_equal(out, np.arange(4.0) + 1)
