@@ -863,8 +863,10 @@ class Session:
         Blocking: EinDecomp by default; ``strategy=`` picks another (sqrt, data, model, none, operands)
         and ``blocks={label: parts}`` fixes the parts of the named labels in every step. Array operands are
         uploaded in the blocking the plan reads them with (they are free to split; stored relations are not);
-        ``copy=False`` borrows their memory instead of copying it (the arrays must not change until the
-        relation has been computed).
+        ``copy=False`` borrows their memory instead of copying it: every run of the relation reads the arrays
+        as they are then (change one and the next run computes with the change; change it while a run
+        reads it and that run's result is undefined). With the default, the relation has its own
+        read-only copies, and every run gives the same result.
         """
         self.require_open("einsum")
         _flag(copy, "einsum", "copy")
@@ -888,7 +890,7 @@ class Session:
                         f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
                     ) from exc
                 if copy:  # the relation's own: nobody changes it (a cluster keeps it on the workers)
-                    arr.flags.writeable = False
+                    arrow.own(arr)
                 leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name=f"operand{i}")
                 nodes.append(leaf)
                 bindings[leaf] = arr

@@ -20,6 +20,7 @@ from tolerance import (
 )
 
 import tensorsql as ts
+from tensorsql.backends import arrow
 
 RNG = np.random.default_rng(0)
 DTYPES = ["float32", "float64", "int32", "int64", "complex64", "complex128"]
@@ -440,18 +441,28 @@ def test_compiled_inputs_narrowed_only_where_the_values_fit(s):
 
 
 def test_a_read_only_view_of_a_writable_array_is_copied():
-    """A read-only array is viewed in place (nobody can change it), but a read-only view of a writable
-    array changes with it: it is copied (the relation changed when the base was written; found by a probe)."""
+    """A read-only array of the caller's is copied: a read-only view of a writable array changes with it,
+    a writable view made before the array was frozen still writes into it, and numpy lets the owner be made
+    writable again (all three changed the relation; found by probes). Memory a ``bytes`` object holds is
+    viewed in place: nothing can change it."""
     base = np.arange(6.0)
     view = base.view()
     view.flags.writeable = False
     frozen = np.arange(6.0)
+    older = frozen[:]  # writable, made before the owner was frozen
     frozen.flags.writeable = False
+    thawed = np.arange(6.0)
+    thawed.flags.writeable = False
+    data = np.arange(6.0).tobytes()
     with ts.connect() as s:
-        rel, kept = s.from_numpy(view), s.from_numpy(frozen)
+        rels = [s.from_numpy(a) for a in (view, frozen, thawed, np.frombuffer(data))]
         base[:] = -1
-        np.testing.assert_array_equal(rel.numpy(), np.arange(6.0))
-        np.testing.assert_array_equal(kept.numpy(), np.arange(6.0))
+        older[:] = 99
+        thawed.flags.writeable = True
+        thawed[:] = -7
+        for rel in rels:
+            np.testing.assert_array_equal(rel.numpy(), np.arange(6.0))
+    assert arrow.immutable(np.frombuffer(data)) and not arrow.immutable(frozen)
 
 
 def test_ranks_past_the_stored_limit():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -35,14 +36,25 @@ def _binary_array(data: np.ndarray, offsets: np.ndarray) -> pa.Array:
     )
 
 
+#: arrays a relation made for itself (``own``), by id: nobody else holds them, so nobody changes them
+_OWN: weakref.WeakValueDictionary[int, np.ndarray] = weakref.WeakValueDictionary()
+
+
+def own(arr: np.ndarray) -> np.ndarray:
+    """Marks ``arr``, a copy a relation made for itself, as one nobody changes (read-only): reads may view
+    it in place, and a cluster may keep it on its workers."""
+    arr.flags.writeable = False
+    _OWN[id(arr)] = arr
+    return arr
+
+
 def immutable(arr: np.ndarray) -> bool:
-    """Whether nobody can change ``arr``'s memory: read-only down to the memory's owner (a read-only view
-    of a writable array changes with it; a ``bytes`` object never changes)."""
+    """Whether nobody can change ``arr``'s memory: a relation's own copy (``own``), or memory a ``bytes``
+    object holds, and their views. A read-only array of the caller's is not: numpy lets its owner be made
+    writable again, and a view made before it was frozen still writes into it."""
     base: object = arr
     while isinstance(base, np.ndarray):
-        if base.flags.writeable:
-            return False
-        if base.base is None:
+        if _OWN.get(id(base)) is base:
             return True
         base = base.base
     return isinstance(base, bytes)
