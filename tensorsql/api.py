@@ -421,7 +421,10 @@ def einsum(
     if rel_ops:
         if out is not None:
             raise ShapeError("out= is for numpy operands; a TensorRelation result is lazy")
-        return rel_ops[0].session.einsum(*args, optimize=optimize, dtype=dtype, join=join, agg=agg)
+        _order(order)  # checked as numpy does; a relation has no memory layout to follow
+        return rel_ops[0].session.einsum(
+            *args, optimize=optimize, dtype=dtype, join=join, agg=agg, casting=casting
+        )
     order = _order(order)
     arrays = [as_array(op, f"operand {i}") for i, op in enumerate(operands)]
     final = _numpy_result_dtype(arrays, dtype, casting, out)

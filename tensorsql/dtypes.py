@@ -31,6 +31,8 @@ _CARRIERS: dict[str, str] = {
     "bool": "int64",
     "float16": "float32",
 }
+#: the numpy dtypes no tensor has, carried in another (``carrier_dtype``)
+CARRIED = frozenset(_CARRIERS)
 
 
 def dtype_name(dtype: object) -> str:

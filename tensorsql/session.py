@@ -30,7 +30,7 @@ from tensorsql.backends.base import Executor
 from tensorsql.compile import planning
 from tensorsql.compile.cache import PlanCache
 from tensorsql.compile.plan import Plan, explain
-from tensorsql.dtypes import DTYPES, dtype_name
+from tensorsql.dtypes import CARRIED, DTYPES, carrier_dtype, dtype_name
 from tensorsql.errors import (
     CatalogError,
     ConfigError,
@@ -856,9 +856,11 @@ class Session:
         strategy: str | None = None,
         blocks: dict[object, int] | None = None,
         copy: bool = True,
+        casting: str = "safe",
     ) -> TensorRelation:
         """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (README "Extended
-        EinSum").
+        EinSum"). ``dtype=``/``casting=`` as numpy's; a bool or float16 array operand (no tensor has those
+        dtypes) takes numpy's promotion against the other operands.
 
         Blocking: EinDecomp by default; ``strategy=`` picks another (sqrt, data, model, none, operands)
         and ``blocks={label: parts}`` fixes the parts of the named labels in every step. Array operands are
@@ -871,9 +873,19 @@ class Session:
         self.require_open("einsum")
         _flag(copy, "einsum", "copy")
         options = planning.PlanOptions(strategy)  # validated here, once
+        frontend.check_casting(casting)
         inputs, output, operands = split_args(args)
         nodes: list[E.Node] = []
         bindings: dict[E.Operand, np.ndarray] = {}
+        arrays = {
+            i: as_array(op, f"operand {i}")
+            for i, op in enumerate(operands)
+            if not isinstance(op, TensorRelation)
+        }
+        promoted = None
+        if any(a.dtype.name in CARRIED for a in arrays.values()):  # numpy's promotion, in a carried dtype
+            kinds = [arrays[i].dtype if i in arrays else op.dtype for i, op in enumerate(operands)]
+            promoted = np.result_type(*kinds)
         for i, op in enumerate(operands):
             if isinstance(op, TensorRelation):
                 if op.session is not self:
@@ -881,9 +893,10 @@ class Session:
                 nodes.append(op.node)
                 bindings.update(op.bindings)
             else:
-                arr = as_array(op, f"operand {i}")
+                arr = arrays[i]
+                name = carrier_dtype(promoted) if arr.dtype.name in CARRIED else dtype_name(arr.dtype)
                 try:
-                    arr = arr.astype(DTYPES[dtype_name(arr.dtype)], copy=copy)
+                    arr = arr.astype(DTYPES[name], copy=copy)
                 except MemoryError as exc:  # a broadcast view of 8 bytes may be 512 GiB copied
                     nbytes = arr.size * DTYPES[dtype_name(arr.dtype)].itemsize
                     raise OutOfMemoryError(
@@ -898,7 +911,13 @@ class Session:
         if blocks is not None:
             options = planning.PlanOptions(strategy, tuple(_label_parts(blocks, sub.sizes).items()))
         node = frontend.build(
-            sub, nodes, optimize=optimize, join=join or "multiply", agg=agg or "sum", dtype=dtype
+            sub,
+            nodes,
+            optimize=optimize,
+            join=join or "multiply",
+            agg=agg or "sum",
+            dtype=dtype,
+            casting=casting,
         )
         return TensorRelation(self, node, bindings, options)
 

@@ -372,3 +372,32 @@ def test_a_ufunc_writing_into_a_relation_is_a_typed_error(call):
         out = np.zeros(4)
         assert np.add(X, 1, out=out) is out  # a numpy out= still works
         np.testing.assert_array_equal(out, np.arange(4.0) + 1)
+
+
+def test_einsum_over_a_relation_takes_casting_order_and_carried_dtypes_like_numpy():
+    """A relation operand used to drop ``casting=`` (a float64 operand under ``dtype='int8',
+    casting='unsafe'`` was refused) and ``order=`` (a bad value passed silently), and a bool or float16
+    array beside a relation was refused though operators take them."""
+    a = np.array([1.7, -1.2, 3.5])
+    b = np.array([2.0, 3.0, -1.0], np.float32)
+    with ts.connect() as s:
+        X = s.from_numpy(a)
+        got = ts.einsum("i,i->i", X, b, dtype="int8", casting="unsafe")
+        want = np.einsum("i,i->i", a, b, dtype="int8", casting="unsafe")
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.numpy(), want)
+        with pytest.raises(ts.CastingError, match="casting='blah'"):
+            ts.einsum("i,i->i", X, b, casting="blah")
+        with pytest.raises(ValueError, match="order='W'"):
+            ts.einsum("i,i->i", X, b, order="W")
+        with pytest.raises(ts.DTypeError, match="to the result dtype float64 with casting='no'"):
+            ts.einsum("i,i->i", X, b, casting="no")
+        for other in (np.array([True, False, True]), np.array([1.5, 2.5, -0.5], np.float16)):
+            got, want = ts.einsum("i,i->i", X, other), np.einsum("i,i->i", a, other)
+            assert got.dtype == want.dtype
+            np.testing.assert_array_equal(got.numpy(), want)
+        ints = s.from_numpy(np.array([3, 4, 5]))
+        half = np.array([1.5, 2.5, -0.5], np.float16)
+        got, want = ts.einsum("i,i->i", ints, half), np.einsum("i,i->i", np.array([3, 4, 5]), half)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got.numpy(), want)

@@ -13,6 +13,7 @@ import opt_einsum.paths
 
 from tensorsql.dtypes import DTYPES, carrier_dtype, dtype_name, is_complex
 from tensorsql.errors import (
+    CastingError,
     DTypeError,
     EinsumError,
     EinsumPathError,
@@ -24,17 +25,35 @@ from tensorsql.frontend.subscripts import Subscripts, label_name
 from tensorsql.ir import expr as E
 from tensorsql.ir import ops
 
+#: numpy's ``casting=`` values
+CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 
-def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None) -> str:
-    """numpy's einsum result dtype; an integer ``divide`` of two operands promotes to float64 like ``/`` does
-    (a single operand is joined with nothing: its dtype stays)."""
+
+def check_casting(casting: object) -> str:
+    if not isinstance(casting, str) or casting not in CASTINGS:
+        raise CastingError(f"casting={casting!r}: expected one of {', '.join(CASTINGS)}")
+    return casting
+
+
+def result_dtype(dtypes: Sequence[str], join: str, dtype: object | None, casting: str = "safe") -> str:
+    """numpy's einsum result dtype, every operand castable to it under ``casting=`` as numpy asks; an integer
+    ``divide`` of two operands promotes to float64 like ``/`` does (a single operand is joined with nothing:
+    its dtype stays)."""
+    check_casting(casting)
     if dtype is not None:
         want = dtype_name(dtype)
         for i, d in enumerate(dtypes):
-            if not np.can_cast(DTYPES[d], DTYPES[want], "safe"):
-                raise DTypeError(f"operand {i} of dtype {d} cannot be cast safely to dtype={want}")
+            if not np.can_cast(DTYPES[d], DTYPES[want], casting):  # type: ignore[arg-type]
+                raise DTypeError(
+                    f"operand {i} of dtype {d} cannot be cast to dtype={want} with casting={casting!r}"
+                )
         return want
     name = np.result_type(*[DTYPES[d] for d in dtypes]).name if dtypes else "float64"
+    for i, d in enumerate(dtypes):
+        if not np.can_cast(DTYPES[d], DTYPES[name], casting):  # type: ignore[arg-type]
+            raise DTypeError(
+                f"operand {i} of dtype {d} cannot be cast to the result dtype {name} with casting={casting!r}"
+            )
     return ops.join_dtype(join, name) if len(dtypes) > 1 else name
 
 
@@ -246,9 +265,10 @@ def build(
     join: str = "multiply",
     agg: str = "sum",
     dtype: object | None = None,
+    casting: str = "safe",
 ) -> E.Node:
     """The expression graph of one einsum call."""
-    out_dtype = result_dtype([op.dtype for op in operands], join, dtype)
+    out_dtype = result_dtype([op.dtype for op in operands], join, dtype, casting)
     ops.check_ops(join, agg, out_dtype)
     plain = join == "multiply" and agg == "sum"
     if len(operands) > 2 and not plain:
