@@ -66,6 +66,11 @@ class OperatorError(ValueError, TensorSQLError):
     """An unknown or unsupported join, aggregation or map function."""
 
 
+class OperatorTypeError(TypeError, OperatorError):
+    """An operand of a type no operator takes (``rel + None``, ``rel ** 'a'``, a ``Fraction``): numpy's
+    TypeError (still an OperatorError)."""
+
+
 class RangeError(OverflowError, TensorSQLError):
     """A number outside the range of the integer dtype it must be computed in (``ts.scale(int8_array, 300)``:
     numpy 2 raises OverflowError for it too)."""

@@ -20,7 +20,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from tensorsql.dtypes import DTYPES, dtype_name
-from tensorsql.errors import EinsumError, IndexingError, OperatorError, RangeError, ShapeError, ShapeTypeError
+from tensorsql.errors import (
+    EinsumError,
+    IndexingError,
+    OperatorError,
+    OperatorTypeError,
+    RangeError,
+    ShapeError,
+    ShapeTypeError,
+)
 from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
@@ -51,12 +59,16 @@ def _operand(x: TensorRelation, other: object, what: str) -> object:
             return np.asarray(other, dtype=np.result_type(x.dtype, other))
         except OverflowError as exc:
             raise RangeError(f"{what}: {other!r} does not fit the tensor's dtype {x.dtype}") from exc
+        except TypeError as exc:  # a number numpy keeps as an object (Fraction, Decimal)
+            raise OperatorTypeError(
+                f"{what}: cannot use a {type(other).__name__} as a tensor (convert it to float first)"
+            ) from exc
     try:
         arr = np.asarray(other)
     except Exception as exc:  # an object numpy cannot make an array of
-        raise OperatorError(f"{what}: cannot use a {type(other).__name__} as a tensor") from exc
+        raise OperatorTypeError(f"{what}: cannot use a {type(other).__name__} as a tensor") from exc
     if arr.dtype.kind not in "biufc":
-        raise OperatorError(f"{what}: cannot use an array of dtype {arr.dtype} as a tensor")
+        raise OperatorTypeError(f"{what}: cannot use an array of dtype {arr.dtype} as a tensor")
     if arr.dtype.kind == "b" or arr.dtype == np.float16:
         # no tensor is bool or float16: numpy's promotion against the relation's dtype (a mask times a
         # float tensor is that float; float16 beside an integer is a float32 here, the narrowest carried)
@@ -252,7 +264,7 @@ def power(x: TensorRelation, exponent: object) -> TensorRelation:
     if isinstance(exponent, np.bool_):  # numpy's: int8 ** np.True_ is int8, a weak 1
         exponent = int(exponent)
     if isinstance(exponent, bool) or not isinstance(exponent, numbers.Real):
-        raise OperatorError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
+        raise OperatorTypeError(f"**: the exponent must be a real number, got {type(exponent).__name__}")
     floats = x.dtype.kind in "fc"  # numpy's sqrt and reciprocal fast paths are a float array's
     # numpy 2's promotion: a numpy scalar's dtype counts in full (int8 ** np.int64(3) is int64, float32 **
     # np.float64(3) float64); a Python number is weak, except that an integer array to a Python float power
@@ -313,14 +325,19 @@ def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[i
     keep: list[bool] = []
     for d, (k, n) in enumerate(zip(items, x.shape, strict=True)):
         if isinstance(k, bool) or not isinstance(k, numbers.Integral | slice):
-            raise OperatorError(
+            # numpy's IndexError for what it never takes (a float, a str); arrays and None it takes, and
+            # they are not built here
+            fancy = k is None or isinstance(k, list | tuple | np.ndarray)
+            raise (OperatorError if fancy else IndexingError)(
                 f"[]: index {k!r} of dimension {d}: only integers, slices and '...' (basic indexing) "
                 "are supported"
             )
         if isinstance(k, slice):
             for part in (k.start, k.stop, k.step):
                 if part is not None and (isinstance(part, bool) or not isinstance(part, numbers.Integral)):
-                    raise OperatorError(f"[]: slice {k!r} of dimension {d}: bounds and step must be integers")
+                    raise ShapeTypeError(
+                        f"[]: slice {k!r} of dimension {d}: bounds and step must be integers"
+                    )
             if k.step == 0:
                 raise OperatorError(f"[]: slice {k!r} of dimension {d}: the step cannot be zero")
             span = range(*k.indices(n))

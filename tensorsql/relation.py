@@ -384,13 +384,13 @@ class TensorRelation:
 
     def __len__(self) -> int:
         if self.ndim == 0:
-            raise TypeError("len() of a 0-d tensor")
+            raise ShapeTypeError("len() of a 0-d tensor")
         return self.shape[0]
 
     def __iter__(self) -> Iterator[TensorRelation]:
         """Along the first axis, as numpy's arrays iterate (each step reads the blocks of one row)."""
         if self.ndim == 0:
-            raise TypeError("iteration over a 0-d tensor")
+            raise ShapeTypeError("iteration over a 0-d tensor")
         return (self[i] for i in range(self.shape[0]))
 
     def head(self, n: int = 5) -> np.ndarray:

@@ -356,7 +356,9 @@ def test_a_slice_reads_only_the_blocks_that_hold_it(tmp_path):
         ((Ellipsis, Ellipsis), ts.ShapeError, "single ellipsis"),
         (([0, 1],), ts.OperatorError, "basic indexing"),
         ((None,), ts.OperatorError, "basic indexing"),
-        ((1.5,), ts.OperatorError, "basic indexing"),
+        ((1.5,), IndexError, "basic indexing"),  # numpy's IndexError for what it never takes
+        (("a",), ts.IndexingError, "basic indexing"),
+        ((slice(0.5, 2),), TypeError, "must be integers"),  # numpy: slice indices must be integers
     ],
 )
 def test_bad_indices_give_typed_errors(s, key, error, match):
@@ -649,3 +651,23 @@ def test_power_by_numpy_bool_and_float16_scalars_and_a_relation_as_a_param(s):
     assert got.dtype == np.int8 and got.numpy().tolist() == [2, 3]
     with pytest.raises(ts.OperatorError, match="is not a number"):
         ts.scale(s.from_numpy(np.ones(2)), s.from_numpy(np.array(2.0)))
+
+
+def test_operands_no_operator_takes_are_type_errors_like_numpys(s):
+    """numpy raises TypeError for these; they were OperatorError (a ValueError) or a bare TypeError (a
+    Fraction, len() of a 0-d tensor). OperatorTypeError is both a TypeError and an OperatorError."""
+    from fractions import Fraction
+
+    rel, scalar = s.from_numpy(X), s.from_numpy(np.array(3.0))
+    for call, match in [
+        (lambda: rel + None, "NoneType|dtype object"),
+        (lambda: rel ** "a", "exponent must be a real number"),
+        (lambda: rel + Fraction(1, 2), "Fraction"),
+        (lambda: rel * np.array(["a"]), "dtype <U1"),
+    ]:
+        with pytest.raises(ts.OperatorTypeError, match=match) as info:
+            call()
+        assert isinstance(info.value, TypeError) and isinstance(info.value, ts.OperatorError)
+    for call in (lambda: len(scalar), lambda: iter(scalar)):
+        with pytest.raises(ts.ShapeTypeError, match="0-d tensor"):
+            call()
