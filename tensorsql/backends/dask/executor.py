@@ -407,13 +407,13 @@ class DaskExecutor:
     def _workers(self) -> dict[str, int]:
         """{address: threads} of the workers now, asked of the scheduler (the Client's cached
         ``scheduler_info`` can lag behind, even show none); a cluster with none for ``WORKER_WAIT`` seconds
-        is a ConfigError."""
+        is a WorkerLostError (README "Faults")."""
         workers = self._nthreads()
         if not workers:
             try:
                 self.client.wait_for_workers(1, timeout=WORKER_WAIT)
             except (TimeoutError, OSError) as exc:
-                raise ConfigError(f"the Dask cluster has no workers (waited {WORKER_WAIT} s)") from exc
+                raise WorkerLostError(f"the Dask cluster has no workers (waited {WORKER_WAIT} s)") from exc
             workers = self.client.nthreads()
         return {addr: int(n) for addr, n in sorted(workers.items())}
 
@@ -546,7 +546,9 @@ class DaskExecutor:
             "it reads (a last step that is no aggregation computes those under it in its own tasks, where "
             "its tasks split them as finely and compute no block of them twice)"
         ]
-        for i, st in enumerate(self.last_run):
+        # the calling thread's last run, only where it ran this plan (it showed another relation's stages)
+        ran = getattr(self._runs, "plan", None) is plan
+        for i, st in enumerate(self.last_run if ran else []):
             lines.append(f"last run, stage {i}: {st.what}")
             for w in sorted(st.blocks):
                 shown = st.blocks[w]
@@ -579,11 +581,52 @@ class DaskExecutor:
         # scheduler); an attached cluster's workers may not be reachable from here: Dask's own setting
         direct = True if self._cluster is not None else None
         futures = [p.future for p in rel.parts]
-        with self._lost():
+        with self._cancelling(futures), self._lost():
             self._await(futures)
-            tables = [rel.named(t) for t in self.client.gather(futures, direct=direct)]
+            tables = [rel.named(t) for t in self._gather(futures, direct)]
         self._done()
         return pa.concat_tables(tables) if tables else _empty(rel.schema)
+
+    @contextlib.contextmanager
+    def _cancelling(self, futures: list[Any]) -> Iterator[None]:
+        """A run that stops early (Ctrl-C, an error, a lost cluster) cancels its tasks: they kept the workers
+        busy after Ctrl-C, and the run's reports kept every stage wanted until the thread's next run."""
+        try:
+            yield
+        except BaseException:
+            wanted = [f for st in self._last_run for f in st.futures] + list(futures)
+            with contextlib.suppress(Exception):  # a closed client or a lost scheduler: nothing to cancel
+                if self.client.status not in ("closing", "closed"):
+                    self.client.cancel(wanted)
+            self._done()
+            raise
+
+    def _gather(self, futures: list[Any], direct: bool | None) -> list[pa.Table]:
+        """The finished parts, fetched under the same watch as ``_await``: every worker lost after the tasks
+        finished and before their results came made Dask's gather wait forever (the parts made again were
+        placed on the lost addresses); now they are moved to the workers there are, or the run gives up
+        after ``WORKER_WAIT`` seconds (and its futures are cancelled, which ends the gather)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def fetch() -> None:
+            try:
+                box["tables"] = self.client.gather(futures, direct=direct)
+            except BaseException as exc:  # raised in the calling thread below
+                box["error"] = exc
+            finally:
+                done.set()
+
+        threading.Thread(target=fetch, name="tensorsql-gather", daemon=True).start()
+        try:
+            self._watch(done, None)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                self.client.cancel(futures)
+            raise
+        if "error" in box:
+            raise box["error"]
+        return box["tables"]
 
     def _await(self, futures: list[Any]) -> None:
         """Until the run's ``futures`` are done (finished or failed), looking every ``POLL`` seconds for what
@@ -591,7 +634,6 @@ class DaskExecutor:
         even a loose one, keeps a task off the workers that joined since: dask/distributed#7346) run
         elsewhere (``_unstick``); a cluster left without any worker for ``WORKER_WAIT`` seconds is a
         WorkerLostError."""
-        alone: float | None = None
         # done callbacks and an event, not distributed.wait(timeout=): on Python 3.11 asyncio's wait_for can
         # let a CancelledError out when the timeout and the result meet, and Dask's sync() then fails with
         # an UnboundLocalError (seen with sessions attaching while queries ran)
@@ -609,6 +651,15 @@ class DaskExecutor:
         for f in futures:
             f.add_done_callback(one)
         stream = sys.stderr if longrun.progress_enabled(self.progress) else None
+        self._watch(finished, stream)
+        if stream is not None:
+            self._show_progress(stream, end=True)
+
+    def _watch(self, finished: threading.Event, stream: Any) -> None:
+        """Until ``finished`` is set: a progress line on ``stream`` every ``PROGRESS_EVERY`` seconds, and
+        every ``POLL`` seconds the looks of ``_await`` (stuck tasks freed, a cluster without workers given up
+        on, a closed session noticed)."""
+        alone: float | None = None
         every = PROGRESS_EVERY if stream is not None else POLL
         looked, unstick = time.monotonic(), True
         while not finished.wait(every):
@@ -636,8 +687,6 @@ class DaskExecutor:
                     f"the Dask cluster lost all its workers while a query ran, and none came back in "
                     f"{WORKER_WAIT} s"
                 )
-        if stream is not None:
-            self._show_progress(stream, end=True)
 
     @contextlib.contextmanager
     def _lost(self) -> Iterator[None]:
@@ -722,7 +771,7 @@ class DaskExecutor:
         the session's database (durable: no worker holds the only copy) with the catalog entry."""
         if temporary:
             dist = self._execute(plan, bindings)
-            with self._lost():
+            with self._cancelling([p.future for p in dist.parts]), self._lost():
                 self._await([p.future for p in dist.parts])
                 # a failed task raises here, as in one process: kept, every read would raise it again
                 for p in dist.parts:
@@ -826,6 +875,7 @@ class DaskExecutor:
         result = run.last(root)
         run.batch.send()
         self._last_run = run.reports
+        self._runs.plan = plan
         if keep:
             held = _Kept()
             # the callbacks hold the map weakly: it and its partitions go by reference counting
