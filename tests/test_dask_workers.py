@@ -61,3 +61,45 @@ def test_worker_limits_follow_the_worker():
     assert W.worker_limits(4, 8 << 30) == (4, int((8 << 30) * W.MEMORY_SHARE))
     threads, limit = W.worker_limits(0, 0, workers_here=4)  # no limit: a share of the machine's
     assert threads == 1 and 0 < limit < ts.backends.duckdb.memory.system_memory()
+
+
+def test_the_wave_budget_is_not_fixed_before_any_worker_is_set_up():
+    """A budget asked before any worker had its DuckDB was cached as unbounded for good: tasks were then
+    never cut to fit a worker's memory."""
+    from tensorsql.backends.dask import executor as DX
+
+    class Client:
+        def __init__(self) -> None:
+            self.answers = [{"w": None}, {"w": 4096}]
+
+        def run(self, fn, on_error=None):
+            return self.answers.pop(0)
+
+    ex = DX.DaskExecutor.__new__(DX.DaskExecutor)
+    ex.client, ex._budget = Client(), None
+    assert ex.wave_budget() == 1 << 62
+    assert ex.wave_budget() == 4096 and ex._budget == 4096
+
+
+def test_counts_past_the_cap_are_dropped_oldest_first(monkeypatch):
+    """(Two task threads of one worker may drop the same oldest count at once: the loop stops instead of
+    failing the task with a KeyError.)"""
+    from tensorsql.backends.dask import worker as W
+
+    class State:
+        def __init__(self) -> None:
+            self.tasks: dict = {}
+
+    class Worker:
+        def __init__(self) -> None:
+            self.state = State()
+
+        def get_current_task(self):
+            return "t-new"
+
+    worker = Worker()
+    setattr(worker, W.MOVED, {"t-old": (1, 0)})
+    monkeypatch.setattr(W.distributed, "get_worker", lambda: worker)
+    monkeypatch.setattr(W, "KEEP_COUNTS", 0)
+    W.count_moved([])  # both counts over a cap of 0: dropped, oldest first, without error
+    assert getattr(worker, W.MOVED) == {}

@@ -436,7 +436,9 @@ class DaskExecutor:
         if self._budget is None:
             budgets = self.client.run(worker_side.wave_budget, on_error="return").values()
             known = [b for b in budgets if isinstance(b, int)]
-            self._budget = min(known) if known else 1 << 62
+            if not known:  # no worker set up yet: asked again next time, not left unbounded for good
+                return 1 << 62
+            self._budget = min(known)
         return self._budget
 
     @property

@@ -152,7 +152,10 @@ def count_moved(inputs: list[tuple[Any, Any]]) -> None:
         setattr(worker, MOVED, moved)
     moved[str(worker.get_current_task())] = (fed, fetched)
     while len(moved) > KEEP_COUNTS:  # nobody read them (the client reads them only when asked): oldest out
-        del moved[next(iter(moved))]
+        try:  # tasks on the worker's other threads drop the same oldest one at once
+            del moved[next(iter(moved))]
+        except (KeyError, RuntimeError, StopIteration):
+            break
 
 
 def take_moved(dask_worker: Any) -> dict[str, tuple[int, int]]:
