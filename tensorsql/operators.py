@@ -98,6 +98,14 @@ def binary(x: TensorRelation, other: object, join: str, what: str, reflected: bo
         return zeros + 1 if truth else zeros
     y = _operand(x, other, what)
     ny = len(np.shape(y)) if not hasattr(y, "node") else y.ndim  # type: ignore[attr-defined]
+    shape_y = tuple(y.shape) if hasattr(y, "node") else np.shape(y)  # type: ignore[attr-defined]
+    try:  # numpy's message, naming both shapes (the einsum's named a label the user never wrote)
+        np.broadcast_shapes(tuple(x.shape), shape_y)
+    except ValueError:
+        first, second = (shape_y, tuple(x.shape)) if reflected else (tuple(x.shape), shape_y)
+        raise ShapeError(
+            f"{what}: operands could not be broadcast together with shapes {first} {second}"
+        ) from None
     n = max(x.ndim, ny)
     out = _letters(n, what)
     lx, ly = out[n - x.ndim :], out[n - ny :]
