@@ -385,7 +385,8 @@ def _finish(
 ) -> object:
     # computed in a wider carrier: cast back (dtype equality first: ``dtype.name`` costs microseconds)
     if res.dtype != final and carrier != final.name and res.dtype.name == carrier:
-        res = (res != 0) if final == np.bool_ else res.astype(final)
+        with np.errstate(over="ignore"):  # float16's inf past 65504, silently, as numpy's own float16 sum
+            res = (res != 0) if final == np.bool_ else res.astype(final)
     if out is not None:
         if out.shape != res.shape:
             raise ShapeError(f"out= must be an ndarray of shape {res.shape}, got {out.shape}")

@@ -401,3 +401,12 @@ def test_einsum_over_a_relation_takes_casting_order_and_carried_dtypes_like_nump
         got, want = ts.einsum("i,i->i", ints, half), np.einsum("i,i->i", np.array([3, 4, 5]), half)
         assert got.dtype == want.dtype
         np.testing.assert_array_equal(got.numpy(), want)
+
+
+def test_a_float16_result_past_its_range_is_inf_without_a_warning(recwarn):
+    """Computed in float32 and cast back: numpy's float16 sum overflows to inf silently, and so does this
+    (the cast back warned 'overflow encountered in cast')."""
+    x = np.array([65504, 65504], np.float16)
+    got = ts.einsum("i->", x)
+    assert got == np.einsum("i->", x) == np.inf and got.dtype == np.float16
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
