@@ -18,7 +18,6 @@ from tensorsql.compile import planning
 from tensorsql.compile.cache import Entry, hashable
 from tensorsql.dtypes import carrier_dtype
 from tensorsql.errors import (
-    CastingError,
     ConfigError,
     DeviceError,
     DTypeError,
@@ -213,9 +212,6 @@ def _on_default(run: Callable[[Session], _T]) -> _T:
         return run(default_session())
 
 
-_CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
-
-
 def _order(order: object) -> str:
     """numpy's ``order=``: 'C', 'F', 'A' or 'K' in either case (str or bytes); None is the default 'K'."""
     if order is None:
@@ -227,11 +223,6 @@ def _order(order: object) -> str:
     if order.upper() not in ("K", "A", "C", "F"):
         raise ConfigError(f"order={order!r}: expected one of 'C', 'F', 'A' or 'K' (either case)")
     return order.upper()
-
-
-def _check_casting(casting: object) -> None:
-    if not isinstance(casting, str) or casting not in _CASTINGS:
-        raise CastingError(f"casting={casting!r}: expected one of {', '.join(_CASTINGS)}")
 
 
 def _check_exact(dtype: np.dtype) -> np.dtype:
@@ -254,7 +245,7 @@ def _numpy_result_dtype(
     """numpy's result dtype for einsum's ``dtype=``/``casting=``: the operands are cast to it first. Without
     ``dtype=``, an ``out=`` array's dtype joins the operands' (numpy's default ``optimize=False``: int8
     operands into an int64 ``out`` are summed in int64, not wrapped in int8 and copied)."""
-    _check_casting(casting)
+    frontend.check_casting(casting)
     joins = dtype is None and isinstance(out, np.ndarray) and not out.dtype.hasobject
     if joins and casting not in ("no", "equiv"):
         try:  # numpy's iterator: the common dtype of every operand and ``out`` together
@@ -507,7 +498,7 @@ class ContractExpression:
         inputs, output, _ = split_args(template)
         self._sub = parse(inputs, output, self.shapes)  # the equation and shapes agree, or an EinsumError now
         self._order = _order(order)
-        _check_casting(casting)
+        frontend.check_casting(casting)
         path = frontend.contraction_path(self._sub, optimize, memory_limit)  # planned once, as opt_einsum
         self.subscripts = text if text is not None else _describe(sublists, len(self.shapes))
         self.num_args = len(shapes) - len(consts)

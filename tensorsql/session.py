@@ -898,7 +898,7 @@ class Session:
                 try:
                     arr = arr.astype(DTYPES[name], copy=copy)
                 except MemoryError as exc:  # a broadcast view of 8 bytes may be 512 GiB copied
-                    nbytes = arr.size * DTYPES[dtype_name(arr.dtype)].itemsize
+                    nbytes = arr.size * DTYPES[name].itemsize
                     raise OutOfMemoryError(
                         f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
                     ) from exc

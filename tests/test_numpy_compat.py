@@ -410,3 +410,9 @@ def test_a_float16_result_past_its_range_is_inf_without_a_warning(recwarn):
     got = ts.einsum("i->", x)
     assert got == np.einsum("i->", x) == np.inf and got.dtype == np.float16
     assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_bool_operand_too_big_to_copy_is_an_out_of_memory_error():
+    """The message's size used the operand's own dtype, which for bool is no tensor dtype: a DTypeError."""
+    with ts.connect() as s, pytest.raises(ts.OutOfMemoryError, match=r"operand 1 .*GiB"):
+        s.einsum("i,i->i", s.from_numpy(np.ones(1)), np.broadcast_to(np.array(True), (2**41,)))

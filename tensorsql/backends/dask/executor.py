@@ -1219,11 +1219,15 @@ def start(workers: int, threads_per_worker: int, memory_limit: int | str | None 
     return client, cluster
 
 
-def _prompt(client: Any) -> None:
-    """The client's stream to the scheduler holds a message for ``STREAM_INTERVAL`` at most."""
-    stream = getattr(client, "scheduler_comm", None)
+def _shorten(stream: Any) -> None:
+    """A Dask batched stream (None: gone) holds a message for ``STREAM_INTERVAL`` at most."""
     if stream is not None and hasattr(stream, "interval"):
         stream.interval = STREAM_INTERVAL
+
+
+def _prompt(client: Any) -> None:
+    """The client's stream to the scheduler, shortened."""
+    _shorten(getattr(client, "scheduler_comm", None))
 
 
 class _PromptStreams(distributed.SchedulerPlugin):
@@ -1237,9 +1241,7 @@ class _PromptStreams(distributed.SchedulerPlugin):
             self.add_worker(scheduler, address)
 
     def add_worker(self, scheduler: Any = None, worker: str = "") -> None:
-        stream = scheduler.stream_comms.get(worker)
-        if stream is not None and hasattr(stream, "interval"):
-            stream.interval = STREAM_INTERVAL
+        _shorten(scheduler.stream_comms.get(worker))
 
 
 #: seconds to wait for a scheduler's answer
