@@ -133,11 +133,13 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"  {'tensorsql, one proc, arrays':28s} {single_arrays[kind]:9.3f}")
                 print(f"  {'numpy, one process':28s} {floor[kind]:9.3f}")
                 e = times["eindecomp"]
+                # CPU times tick in 10 ms: a tiny run may read as none
+                cpu_ratio = f"{cpus['eindecomp'] / single_cpu[kind]:.2f}x" if single_cpu[kind] else "n/a"
                 print(
                     f"  eindecomp: {times['sqrt'] / e:.2f}x faster than sqrt, "
                     f"{min(auto, hand) / e:.2f}x than dask.array's best, "
                     f"{e / single[kind]:.2f}x the single-process time "
-                    f"({cpus['eindecomp'] / single_cpu[kind]:.2f}x its CPU); "
+                    f"({cpu_ratio} its CPU); "
                     f"dask.array's best is {min(auto, hand) / floor[kind]:.2f}x numpy's one-process time"
                 )
                 print(

@@ -127,6 +127,51 @@ def test_a_relation_over_arrays_ships_them_once_and_lets_go_with_them(cs, monkey
     assert not cs.executor._kept.get(plan)  # the arrays gone with the relation: nothing held for them
 
 
+def _prepared(dask_worker=None) -> list[tuple]:
+    store = getattr(dask_worker, W.PREPARED, None)
+    return [] if store is None else list(store._entries)  # signatures: (SQL, ..., input keys)
+
+
+def _prepared_tasks(cs) -> set:
+    return {sig for sigs in cs.client.run(_prepared).values() for sig in sigs}
+
+
+def test_a_relation_run_again_executes_its_tasks_prepared_and_lets_them_go_with_it(cs):
+    """A relation run again sends the same task SQL over the same partitions (its kept operands, a stored
+    tensor's): from its second run on, each worker runs its tasks as statements prepared once, with their
+    inputs kept registered; they go when the relation's partitions are let go on the workers."""
+    import gc
+    import time
+
+    rng = np.random.default_rng(11)
+    x, y = rng.standard_normal((60, 40)), rng.standard_normal((40, 30))
+    before = _prepared_tasks(cs)
+    rel = cs.einsum("ij,jk->ik", x, y, blocks={"i": 2})
+    stored = cs.from_numpy(y)
+    over_stored = cs.einsum("ij,jk->ik", x, stored, blocks={"i": 2})
+    for _ in range(4):
+        assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+        assert_einsum_close(over_stored.numpy(), "ij,jk->ik", x, y)
+    ours = _prepared_tasks(cs) - before
+    assert len(ours) >= 2  # the tasks of both relations, on the workers that ran them
+    assert_einsum_close((rel * 2.0).numpy(), "ij,jk->ik", 2 * x, y)  # a new plan over the kept partitions
+    del rel, over_stored, stored
+    gc.collect()
+    deadline = time.monotonic() + 10
+    while _prepared_tasks(cs) & ours and time.monotonic() < deadline:  # the workers hear of it in a moment
+        time.sleep(0.05)
+    assert not _prepared_tasks(cs) & ours
+
+
+def test_the_worker_plugin_pickles_without_its_worker():
+    import pickle
+
+    plugin = W.TensorSQLWorker(settle=True)
+    plugin._worker = object()
+    again = pickle.loads(pickle.dumps(plugin))
+    assert again._worker is None and again.settle
+
+
 def test_a_copy_false_array_changed_in_place_is_read_anew(cs):
     """The workers hold copies: an operand its owner may change (``copy=False`` over a writable array) is
     shipped on every run, so a run sees the change, as in one process."""
@@ -565,15 +610,16 @@ def test_every_worker_lost_between_the_tasks_and_the_gather_still_gives_the_resu
 
     with ts.connect(workers=2) as s:
         ex = s.executor
-        wait = ex._await
+        gather = ex._gather
 
-        def then_lose_every_worker(futures):
-            wait(futures)  # every task of the run has finished
+        def lose_every_worker_then_gather(futures, *args, **kwargs):
+            distributed.wait(futures)  # every task of the run has finished
             with contextlib.suppress(Exception):
                 s.client.run(lambda: os._exit(1), on_error="return")
             time.sleep(1)
+            return gather(futures, *args, **kwargs)
 
-        ex._await = then_lose_every_worker
+        ex._gather = lose_every_worker_then_gather
         v = np.random.default_rng(3).standard_normal(300)
         got: dict[str, object] = {}
         runner = threading.Thread(target=lambda: got.update(value=s.einsum("i,j->ij", v, v).numpy()))
@@ -590,10 +636,10 @@ def test_an_interrupted_query_cancels_its_tasks(cs, monkeypatch):
     cancel = cs.client.cancel
     monkeypatch.setattr(cs.client, "cancel", lambda fs, **kw: cancelled.extend(fs) or cancel(fs))
 
-    def interrupted(futures):
+    def interrupted(finished, stream):  # Ctrl-C while the run waits for its parts
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cs.executor, "_await", interrupted)
+    monkeypatch.setattr(cs.executor, "_watch", interrupted)
     x = np.random.default_rng(4).standard_normal((40, 30))
     with pytest.raises(KeyboardInterrupt):
         cs.einsum("ij,jk->ik", x, x.T, blocks={"i": 2}).numpy()

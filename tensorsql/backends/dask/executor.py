@@ -128,11 +128,7 @@ class StageReport:
 
 #: tasks per worker ``explain`` lists by their blocks
 SHOWN_TASKS = 8
-#: seconds a Dask batched stream holds a message after the one before it, on the streams this session owns.
-#: Dask's own are 10 ms (client to scheduler) and 5 ms (scheduler to a worker): a run's graph sent within
-#: 10 ms of the last run's released keys waited out the rest, and a stage's task for a worker just sent the
-#: last run's frees reached it up to 5 ms after the others (~6 ms of a 70 ms chain: benchmarks/RESULTS.md)
-STREAM_INTERVAL = 0.001
+STREAM_INTERVAL = worker_side.STREAM_INTERVAL
 
 
 def _box(table: pa.Table, keys: tuple[str, ...]) -> Box:
@@ -170,20 +166,32 @@ def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: 
     ``_ts_in_1``, ... of a fresh cursor of the worker's DuckDB. Returns the task's blocks. ``keys``: the
     inputs' Dask keys, to count the bytes that came from other workers (``worker.count_moved``)."""
     ex = worker_side.worker_executor()
-    pairs = zip(inputs, keys, strict=True)
-    worker_side.count_moved([(k, t) for tables, ks in pairs for k, t in zip(ks, tables, strict=True)])
-    cur = None
-    try:
-        cur = ex.con.cursor()
+    flat = [(k, t) for tables, ks in zip(inputs, keys, strict=True) for k, t in zip(ks, tables, strict=True)]
+    worker_side.count_moved(flat)
+
+    def register(cur: Any) -> None:
         for i, (dist, tables) in enumerate(zip(rels, inputs, strict=True)):
             named = [dist.named(t) for t in tables]
             cur.register(_view(i), pa.concat_tables(named) if named else _empty(dist.schema))
-        return cur.sql(sql).to_arrow_table()
+
+    def fresh() -> pa.Table:
+        cur = ex.con.cursor()
+        try:
+            register(cur)
+            return cur.sql(sql).to_arrow_table()
+        finally:
+            cur.close()
+
+    try:
+        prepared = worker_side.prepared_tasks(ex)
+        if prepared is None:
+            return fresh()
+        # what the views are: the inputs' keys, each read under its relation's key names
+        names = [(tuple(d.schema.keys), tuple(sorted((d.columns or {}).items()))) for d in rels]
+        signature = (sql, tuple(names), tuple(len(ks) for ks in keys), *(k for k, _ in flat))
+        return prepared.run(signature, [k for k, _ in flat], [t for _, t in flat], register, fresh)
     except duckdb.Error as exc:  # a kernel's error, out of memory, ...: the typed error, raised at the client
         raise wrap(exc, "einsum") from exc
-    finally:
-        if cur is not None:
-            cur.close()
 
 
 class _Kept(dict):
@@ -584,8 +592,9 @@ class DaskExecutor:
         direct = True if self._cluster is not None else None
         futures = [p.future for p in rel.parts]
         with self._cancelling(futures), self._lost():
-            self._await(futures)
-            tables = [rel.named(t) for t in self._gather(futures, direct)]
+            # the gather waits for the tasks itself: each part comes as soon as Dask knows it is done, with
+            # no hop through this thread in between (~1 ms of a 45 ms chain)
+            tables = [rel.named(t) for t in self._gather(futures, direct, progress=True)]
         self._done()
         return pa.concat_tables(tables) if tables else _empty(rel.schema)
 
@@ -603,11 +612,12 @@ class DaskExecutor:
             self._done()
             raise
 
-    def _gather(self, futures: list[Any], direct: bool | None) -> list[pa.Table]:
-        """The finished parts, fetched under the same watch as ``_await``: every worker lost after the tasks
-        finished and before their results came made Dask's gather wait forever (the parts made again were
-        placed on the lost addresses); now they are moved to the workers there are, or the run gives up
-        after ``WORKER_WAIT`` seconds (and its futures are cancelled, which ends the gather)."""
+    def _gather(self, futures: list[Any], direct: bool | None, progress: bool = False) -> list[pa.Table]:
+        """The parts, fetched as they finish, under the same watch as ``_await`` (``progress``: with its
+        progress lines): every worker lost after the tasks finished and before their results came made
+        Dask's gather wait forever (the parts made again were placed on the lost addresses); now they are
+        moved to the workers there are, or the run gives up after ``WORKER_WAIT`` seconds (and its futures
+        are cancelled, which ends the gather). A failed task raises its error as soon as it fails."""
         box: dict[str, Any] = {}
         done = threading.Event()
 
@@ -620,8 +630,11 @@ class DaskExecutor:
                 done.set()
 
         threading.Thread(target=fetch, name="tensorsql-gather", daemon=True).start()
+        stream = sys.stderr if progress and longrun.progress_enabled(self.progress) else None
         try:
-            self._watch(done, None)
+            self._watch(done, stream)
+            if stream is not None:
+                self._show_progress(stream, end=True)
         except BaseException:
             with contextlib.suppress(Exception):
                 self.client.cancel(futures)
@@ -1219,10 +1232,7 @@ def start(workers: int, threads_per_worker: int, memory_limit: int | str | None 
     return client, cluster
 
 
-def _shorten(stream: Any) -> None:
-    """A Dask batched stream (None: gone) holds a message for ``STREAM_INTERVAL`` at most."""
-    if stream is not None and hasattr(stream, "interval"):
-        stream.interval = STREAM_INTERVAL
+_shorten = worker_side.shorten
 
 
 def _prompt(client: Any) -> None:
@@ -1232,13 +1242,19 @@ def _prompt(client: Any) -> None:
 
 class _PromptStreams(distributed.SchedulerPlugin):
     """On a LocalCluster's scheduler (this session's own, not an attached one, which others share): its
-    streams to the workers hold a message for ``STREAM_INTERVAL`` at most."""
+    streams to the workers and to the clients hold a message for ``STREAM_INTERVAL`` at most (a stage's
+    second task done within Dask's 2 ms of the first reached the client that much later)."""
 
     name = "tensorsql-streams"
 
     def start(self, scheduler: Any) -> None:
         for address in list(scheduler.stream_comms):
             self.add_worker(scheduler, address)
+        for client in list(scheduler.client_comms):
+            self.add_client(scheduler, client)
+
+    def add_client(self, scheduler: Any = None, client: str = "") -> None:
+        _shorten(scheduler.client_comms.get(client))
 
     def add_worker(self, scheduler: Any = None, worker: str = "") -> None:
         _shorten(scheduler.stream_comms.get(worker))

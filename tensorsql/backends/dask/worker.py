@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from tensorsql.backends.dask import require_distributed
+from tensorsql.backends.dask.prepared import PreparedTasks
 from tensorsql.backends.duckdb import memory
 from tensorsql.errors import ExtensionError
 
@@ -25,12 +26,26 @@ distributed = require_distributed()
 
 #: the attribute of a ``distributed.Worker`` that holds its executor
 ATTRIBUTE = "tensorsql_executor"
+#: the attribute of a ``distributed.Worker`` that holds its executor's prepared tasks (``prepared``)
+PREPARED = "tensorsql_prepared"
 #: the plugin's name on the cluster (registering it again replaces it)
 NAME = "tensorsql"
 #: the attribute of a ``distributed.Worker`` that says whether its DuckDB spills to a file (``spill``)
 SPILL = "tensorsql_spill"
 #: the share of a Dask worker's memory limit its DuckDB (and its kernels' budget) may use
 MEMORY_SHARE = 0.6
+#: seconds a Dask batched stream holds a message after the one before it, on the streams this session owns.
+#: Dask's own are 10 ms (client to scheduler), 5 ms (scheduler to a worker) and 2 ms (a worker to the
+#: scheduler, the scheduler to a client): a run's graph sent within 10 ms of the last run's released keys
+#: waited out the rest, and a stage's task for a worker just sent the last run's frees reached it up to 5 ms
+#: after the others (~6 ms of a 70 ms chain: benchmarks/RESULTS.md)
+STREAM_INTERVAL = 0.001
+
+
+def shorten(stream: Any) -> None:
+    """A Dask batched stream (None: gone) holds a message for ``STREAM_INTERVAL`` at most."""
+    if stream is not None and hasattr(stream, "interval"):
+        stream.interval = STREAM_INTERVAL
 
 
 def worker_limits(nthreads: int, worker_limit: int | None, workers_here: int = 1) -> tuple[int, int]:
@@ -46,8 +61,10 @@ class TensorSQLWorker(distributed.WorkerPlugin):
     """The plugin: ``client.register_plugin(TensorSQLWorker(), name=NAME)``. ``spill``: the worker's DuckDB
     is a database file under the worker's local directory (DuckDB spills beside it), else in memory.
     ``settle``: the worker is a process of a LocalCluster the session started, whose heap it may freeze
-    (``settle_heap``); never a worker of an attached cluster, which others share and which may even run in
-    the user's own process (``LocalCluster(processes=False)``)."""
+    (``settle_heap``) and whose stream to the scheduler it may shorten (``shorten``); never a worker of an
+    attached cluster, which others share and which may even run in the user's own process
+    (``LocalCluster(processes=False)``). ``transition``: a key the worker lets go takes the prepared tasks
+    reading it along (``prepared``)."""
 
     name = NAME
 
@@ -55,6 +72,10 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         self.spill = spill
         self.workers_here = workers_here
         self.settle = settle
+        self._worker: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_worker": None}
 
     def setup(self, worker: Any) -> None:
         """Every session that attaches registers the plugin again: a worker keeps the DuckDB it has (other
@@ -62,6 +83,7 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         is replaced, and the old one closes when the last task holding it lets go (not under it)."""
         from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
+        self._worker = worker
         old = getattr(worker, ATTRIBUTE, None)
         if old is not None and not old.closed and getattr(worker, SPILL, None) == self.spill:
             return
@@ -76,9 +98,12 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         executor = DuckDBExecutor(
             database, threads=threads, memory_limit=limit, temp_directory=temp, progress=False
         )
+        _close_prepared(worker)  # the replaced DuckDB's cursors
         setattr(worker, ATTRIBUTE, executor)
+        setattr(worker, PREPARED, PreparedTasks(executor.con))
         setattr(worker, SPILL, self.spill)
         if old is None and self.settle:
+            shorten(getattr(worker, "batched_stream", None))  # its task-done messages to the scheduler
             settle_heap()
         elif old is not None and gc.get_freeze_count():
             gc.unfreeze()  # the replaced DuckDB was frozen with the heap: collectable again once let go
@@ -90,6 +115,7 @@ class TensorSQLWorker(distributed.WorkerPlugin):
             return
         executor = getattr(worker, ATTRIBUTE, None)
         setattr(worker, ATTRIBUTE, None)
+        _close_prepared(worker)
         if executor is not None:
             try:
                 executor.close()
@@ -97,6 +123,28 @@ class TensorSQLWorker(distributed.WorkerPlugin):
                 logging.getLogger("tensorsql").warning(
                     "tensorsql: worker %s: could not close its DuckDB: %s", worker.address, exc
                 )
+
+    def transition(self, key: Any, start: str, finish: str, *args: Any, **kwargs: Any) -> None:
+        """A key the worker lets go: the prepared tasks reading it go too (they hold its table)."""
+        if finish in ("released", "forgotten") and self._worker is not None:
+            prepared = getattr(self._worker, PREPARED, None)
+            if prepared is not None:
+                prepared.released(key)
+
+
+def _close_prepared(worker: Any) -> None:
+    prepared = getattr(worker, PREPARED, None)
+    setattr(worker, PREPARED, None)
+    if prepared is not None:
+        prepared.close()
+
+
+def prepared_tasks(executor: Any) -> PreparedTasks | None:
+    """In a task: the prepared tasks of the worker's DuckDB ``executor`` (None on a worker without them)."""
+    prepared = getattr(distributed.get_worker(), PREPARED, None)
+    if prepared is None or prepared.closed or prepared.con is not executor.con:
+        return None
+    return prepared
 
 
 def settle_heap() -> None:
