@@ -53,10 +53,12 @@ class PreparedTasks:
     def __init__(self, con: Any) -> None:
         self.con = con
         self._lock = threading.Lock()
-        self._seen: OrderedDict[Signature, None] = OrderedDict()
+        #: the hashes of signatures run once (a signature's SQL may be long; a collision only prepares a
+        #: task on its first run)
+        self._seen: OrderedDict[int, None] = OrderedDict()
         self._entries: OrderedDict[Signature, _Entry] = OrderedDict()
         self._by_key: dict[Any, set[Signature]] = {}
-        self._unpreparable: set[Signature] = set()
+        self._unpreparable: set[int] = set()  # hashes too: a collision only runs a task fresh
         self._names = 0
         self.closed = False
 
@@ -151,10 +153,10 @@ class PreparedTasks:
                     self._entries.move_to_end(sig)
                     return entry, False
                 self._evict(sig)  # its inputs were computed again: other objects
-                return None, sig not in self._unpreparable
-            if sig in self._seen:
-                return None, sig not in self._unpreparable
-            self._seen[sig] = None
+                return None, hash(sig) not in self._unpreparable
+            if hash(sig) in self._seen:
+                return None, hash(sig) not in self._unpreparable
+            self._seen[hash(sig)] = None
             while len(self._seen) > SEEN:
                 self._seen.popitem(last=False)
             return None, False
@@ -188,7 +190,7 @@ class PreparedTasks:
         with self._lock:
             if len(self._unpreparable) >= SEEN:
                 self._unpreparable.clear()
-            self._unpreparable.add(sig)
+            self._unpreparable.add(hash(sig))
 
     def _evict(self, sig: Signature) -> None:
         """Under the lock: ``sig``'s entry out; its cursor closed now, or by its task when that ends."""
