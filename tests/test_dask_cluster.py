@@ -59,6 +59,21 @@ def test_the_sessions_own_streams_hold_a_message_a_millisecond_at_most(cs):
     assert scheduler.stream_comms["tcp://new"].interval == DX.STREAM_INTERVAL
 
 
+def _client_intervals(dask_scheduler=None) -> dict[str, float]:
+    return {c: comm.interval for c, comm in dask_scheduler.client_comms.items() if hasattr(comm, "interval")}
+
+
+def test_the_schedulers_streams_to_its_clients_and_a_workers_to_it_hold_a_message_a_millisecond(cs):
+    """The scheduler's stream to each client (Dask's 2 ms: a stage's second part done within 2 ms of the
+    first reached the client that much later), also a client that connects later (Dask tells its plugins
+    before it makes the stream: found by a review), and each worker's stream to the scheduler."""
+    with distributed.Client(cs.client.scheduler.address) as later:
+        intervals = cs.client.run_on_scheduler(_client_intervals)
+        assert intervals[cs.client.id] == intervals[later.id] == DX.STREAM_INTERVAL
+    worker_streams = cs.client.run(lambda dask_worker: dask_worker.batched_stream.interval)
+    assert set(worker_streams.values()) == {DX.STREAM_INTERVAL}
+
+
 @pytest.mark.parametrize("case", EQUATIONS, ids=lambda c: c.id)
 def test_equations_on_the_cluster_match_numpy(cs, case):
     check_mixed_einsum(cs, case, "cluster")
@@ -161,6 +176,56 @@ def test_a_relation_run_again_executes_its_tasks_prepared_and_lets_them_go_with_
     while _prepared_tasks(cs) & ours and time.monotonic() < deadline:  # the workers hear of it in a moment
         time.sleep(0.05)
     assert not _prepared_tasks(cs) & ours
+
+
+def _spill_everything(dask_worker=None) -> int:
+    data = dask_worker.data
+    n = 0
+    while getattr(data, "fast", None):
+        data.evict()
+        n += 1
+    return n
+
+
+def test_a_spilled_input_takes_its_prepared_tasks_along(cs):
+    """A prepared task holds its inputs' tables: one Dask spills to disk would stay in memory behind its
+    back (a spill is no key transition: workers paused under memory pressure, queries hung; found by a
+    review). The spill takes the tasks along; the next run reads the inputs back and prepares again."""
+    rng = np.random.default_rng(12)
+    x, y = rng.standard_normal((50, 40)), rng.standard_normal((40, 30))
+    before = _prepared_tasks(cs)
+    rel = cs.einsum("ij,jk->ik", x, y, blocks={"i": 2})
+    for _ in range(3):
+        rel.numpy()
+    ours = _prepared_tasks(cs) - before
+    assert ours
+    assert sum(cs.client.run(_spill_everything).values()) > 0
+    assert not _prepared_tasks(cs) & ours
+    for _ in range(3):
+        assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+
+
+def _set_max_result(limit: int) -> int:
+    from tensorsql.backends.dask import prepared
+
+    old, prepared.MAX_RESULT_BYTES = prepared.MAX_RESULT_BYTES, limit
+    return old
+
+
+def test_a_task_with_a_big_result_always_runs_fresh(cs):
+    """DuckDB runs a prepared EXECUTE into a materialized result before it comes out as Arrow: a second copy
+    at its peak. A task whose result is over ``MAX_RESULT_BYTES`` is never prepared."""
+    old = next(iter(cs.client.run(_set_max_result, 0).values()))
+    try:
+        rng = np.random.default_rng(13)
+        x, y = rng.standard_normal((50, 40)), rng.standard_normal((40, 30))
+        before = _prepared_tasks(cs)
+        rel = cs.einsum("ij,jk->ik", x, y, blocks={"i": 2})
+        for _ in range(3):
+            assert_einsum_close(rel.numpy(), "ij,jk->ik", x, y)
+        assert not _prepared_tasks(cs) - before
+    finally:
+        cs.client.run(_set_max_result, old)
 
 
 def test_the_worker_plugin_pickles_without_its_worker():

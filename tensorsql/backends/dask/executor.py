@@ -42,6 +42,7 @@ from sqlglot import exp
 
 from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
+from tensorsql.backends.dask import prepared as prepared_module
 from tensorsql.backends.dask import require_distributed
 from tensorsql.backends.duckdb import longrun, memory, sqlgen
 from tensorsql.backends.duckdb.errors import wrap
@@ -159,12 +160,16 @@ def _piece(table: pa.Table) -> pa.Table:
     return table
 
 
-def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: list[list[str]]) -> pa.Table:
+def run_part(
+    sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: list[list[str]], out_bytes: int = 0
+) -> pa.Table:
     """On a worker: one task of a stage, the SQL of the stage restricted to the task's blocks (made at the
     client, once per plan: ``_Run.sql``), over its inputs: the partitions of each relation it reads
     (``rels``, sent without their parts) that Dask brought here, registered as the views ``_ts_in_0``,
     ``_ts_in_1``, ... of a fresh cursor of the worker's DuckDB. Returns the task's blocks. ``keys``: the
-    inputs' Dask keys, to count the bytes that came from other workers (``worker.count_moved``)."""
+    inputs' Dask keys, to count the bytes that came from other workers (``worker.count_moved``). A task
+    run again over the same inputs runs prepared (``prepared``) where its result, ``out_bytes`` as the
+    plan models it, is at most ``prepared.MAX_RESULT_BYTES``."""
     ex = worker_side.worker_executor()
     flat = [(k, t) for tables, ks in zip(inputs, keys, strict=True) for k, t in zip(ks, tables, strict=True)]
     worker_side.count_moved(flat)
@@ -184,7 +189,7 @@ def run_part(sql: str, rels: list[DistRel], inputs: list[list[pa.Table]], keys: 
 
     try:
         prepared = worker_side.prepared_tasks(ex)
-        if prepared is None:
+        if prepared is None or out_bytes > prepared_module.MAX_RESULT_BYTES:
             return fresh()
         # what the views are: the inputs' keys, each read under its relation's key names
         names = [(tuple(d.schema.keys), tuple(sorted((d.columns or {}).items()))) for d in rels]
@@ -1126,11 +1131,12 @@ class _Run(W.Stager):
             rels = [DistRel(self.rels[name].schema, columns=self.rels[name].columns) for name in inputs]
             args = [[p.future for p in parts] for _, parts in inputs.values()]
             keys = [[p.future.key for p in parts] for _, parts in inputs.values()]
-            fut = self.batch.add(self.ex._key("part"), run_part, sql, rels, args, keys, worker=addr)
+            box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
+            nbytes = W.box_bytes(schema, box)
+            fut = self.batch.add(self.ex._key("part"), run_part, sql, rels, args, keys, nbytes, worker=addr)
             report.tasks.append(fut.key)
             report.futures.append(fut)
-            box = {k: ranges.get(k, (0, schema.nblocks(k) - 1)) for k in schema.keys}
-            out.parts.append(Part(fut, box, addr, W.box_bytes(schema, box)))
+            out.parts.append(Part(fut, box, addr, nbytes))
             report.parts[addr] = report.parts.get(addr, 0) + 1
             report.blocks.setdefault(addr, []).append(_show(ranges) or "all")
         self.reports.append(report)
@@ -1254,7 +1260,13 @@ class _PromptStreams(distributed.SchedulerPlugin):
             self.add_client(scheduler, client)
 
     def add_client(self, scheduler: Any = None, client: str = "") -> None:
-        _shorten(scheduler.client_comms.get(client))
+        # Dask tells its plugins of a client before it makes the client's stream: shortened once the
+        # scheduler's loop comes back to it
+        loop = getattr(scheduler, "loop", None)
+        if loop is None:
+            _shorten(scheduler.client_comms.get(client))
+        else:
+            loop.add_callback(lambda: _shorten(scheduler.client_comms.get(client)))
 
     def add_worker(self, scheduler: Any = None, worker: str = "") -> None:
         _shorten(scheduler.stream_comms.get(worker))

@@ -9,8 +9,10 @@ statement and nothing else.
 
 A kept cursor holds its inputs' tables: it goes when any of its input keys is released on the worker (the
 worker plugin's ``transition``), when its inputs are other objects (a lost key computed again), past
-``ENTRIES`` kept per worker (the least recently used), and when the worker's DuckDB closes. A cursor serves
-one task at a time; a second task with the same SQL and inputs at once runs on a fresh cursor.
+``ENTRIES`` kept per worker (the least recently used), when Dask spills one of its inputs to disk (the
+worker plugin hears of it), and when the worker's DuckDB closes. A cursor serves one task at a time; a
+second task with the same SQL and inputs at once runs on a fresh cursor. A task whose result is bigger than
+``MAX_RESULT_BYTES`` always runs fresh.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ from tensorsql.backends.duckdb import statements
 ENTRIES = 64
 #: task signatures a worker remembers having run once (a task is prepared on its second run)
 SEEN = 1024
+#: the largest result (as the plan models it) of a task that runs prepared: DuckDB runs an EXECUTE into a
+#: materialized result before it comes out as Arrow, a second copy of it at its peak (a 512 MB result
+#: peaked at 1.48 GB against 0.97 GB fresh), and the ~5 ms a prepared run saves weigh nothing beside a
+#: task that makes this much
+MAX_RESULT_BYTES = 32 << 20
 
 Signature = tuple[Any, ...]
 

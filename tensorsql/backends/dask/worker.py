@@ -84,6 +84,7 @@ class TensorSQLWorker(distributed.WorkerPlugin):
         from tensorsql.backends.duckdb.executor import DuckDBExecutor
 
         self._worker = worker
+        _hear_spills(worker)
         old = getattr(worker, ATTRIBUTE, None)
         if old is not None and not old.closed and getattr(worker, SPILL, None) == self.spill:
             return
@@ -130,6 +131,29 @@ class TensorSQLWorker(distributed.WorkerPlugin):
             prepared = getattr(self._worker, PREPARED, None)
             if prepared is not None:
                 prepared.released(key)
+
+
+#: the attribute of a ``distributed.Worker`` that says its spill buffer tells the prepared tasks of spills
+SPILL_HOOK = "tensorsql_spill_hook"
+
+
+def _hear_spills(worker: Any) -> None:
+    """A key Dask spills to disk takes the prepared tasks reading it along: they hold its table, which would
+    stay in memory behind Dask's back (a spill is no key transition; workers paused, queries hung)."""
+    callbacks = getattr(getattr(worker, "data", None), "fast_to_slow_callbacks", None)
+    if not isinstance(callbacks, list) or getattr(worker, SPILL_HOOK, False):
+        return  # no spill buffer (no memory limit): nothing is ever spilled
+
+    def spilled(key: Any, value: Any) -> None:
+        prepared = getattr(worker, PREPARED, None)
+        if prepared is not None:
+            try:
+                prepared.released(key)
+            except Exception as exc:  # never fail Dask's spill
+                logging.getLogger("tensorsql").warning("tensorsql: prepared tasks of a spilled key: %s", exc)
+
+    callbacks.append(spilled)
+    setattr(worker, SPILL_HOOK, True)
 
 
 def _close_prepared(worker: Any) -> None:
