@@ -308,6 +308,27 @@ def test_the_last_join_computes_the_products_under_it_in_its_own_tasks(cs):
     assert all(sum(st.parts.values()) == 2 and len(st.parts) == 2 for st in stages)
 
 
+def test_a_plan_run_again_replays_its_last_steps_decision(cs):
+    """The last step's decision (which products its tasks compute, its cuts) depends only on the plan, the
+    threads and the wave budget: a plan run again replays it (~1-2 ms of the client's planning), with the
+    same stages, the same task SQL and the same result."""
+    rng = np.random.default_rng(17)
+    a, b, c, d, e = (rng.standard_normal((48, 48)) for _ in range(5))
+    A, B, C, D, E = (cs.from_numpy(x) for x in (a, b, c, d, e))
+    ab = cs.einsum("ij,jk->ik", A, B)
+    rel = cs.einsum("ik,ik->ik", ab, cs.einsum("ij,jk->ik", C, cs.einsum("ij,jk->ik", D, E)), join="add")
+    want = a @ b + c @ (d @ e)
+    runs = []
+    for _ in range(3):
+        np.testing.assert_allclose(rel.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+        runs.append([(st.what, dict(st.parts), st.blocks) for st in cs.executor.last_run])
+    assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 2
+    ((calls, cuts),) = cs.executor._decided[rel.plan()].values()
+    assert len(calls) == 2 and cuts is not None  # D x E stored in a second round; the add computes the rest
+    sql = cs.executor._sql[rel.plan()]
+    assert len({t for m in sql.values() for t in m.values()}) == 4  # each task's text made once
+
+
 @pytest.mark.parametrize(
     ("sums", "added", "y_blocks", "stages"),
     [

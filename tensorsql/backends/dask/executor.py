@@ -392,6 +392,8 @@ class DaskExecutor:
         self._sql: weakref.WeakKeyDictionary[Plan, dict[tuple, dict[tuple, str]]] = (
             weakref.WeakKeyDictionary()
         )
+        #: per plan, by (threads, wave budget): its last step's decision (``_Run.fused_last``)
+        self._decided: weakref.WeakKeyDictionary[Plan, dict[tuple, tuple]] = weakref.WeakKeyDictionary()
         #: per plan run with ``keep`` (a relation's): operand index -> (its array, weakly, and its partitions
         #: on the workers), read again by the plan's next run with the same array instead of shipped again;
         #: let go with the array (the relation), not with the plan, which the plan cache keeps longer
@@ -886,7 +888,8 @@ class DaskExecutor:
             leaves[rel] = out
             return out
 
-        run = _Run(self, {**self._rels, **temps}, self._sql.setdefault(plan, {}))
+        memo, decided = self._sql.setdefault(plan, {}), self._decided.setdefault(plan, {})
+        run = _Run(self, {**self._rels, **temps}, memo, decided)
         try:
             root = leaf(plan.tra)
         finally:  # ``leaf`` calls itself through its closure: a cycle that held the arrays till a collection
@@ -915,7 +918,11 @@ class _Run(W.Stager):
     """One plan's stages on the cluster (the distributed counterpart of ``duckdb.staged.StagedRun``)."""
 
     def __init__(
-        self, ex: DaskExecutor, rels: dict[str, DistRel], sql: dict[tuple, dict[tuple, str]]
+        self,
+        ex: DaskExecutor,
+        rels: dict[str, DistRel],
+        sql: dict[tuple, dict[tuple, str]],
+        decided: dict[tuple, tuple] | None = None,
     ) -> None:
         super().__init__()
         self.ex = ex
@@ -928,6 +935,8 @@ class _Run(W.Stager):
         #: the plan's task SQL by (stage number, the stage's cuts, the task's ranges), for these threads and
         #: this budget: what the stages are (which aggregations the last step computes) depends on them
         self.memo = sql.setdefault((self.threads, self.budget), {})
+        #: the plan's ``fused_last`` decisions, by (threads, budget), where one can be replayed
+        self.decided: dict[tuple, tuple] = {} if decided is None else decided
         self.reports: list[StageReport] = []
         self.stored: set[str] = set()
         #: the stages' tasks, sent once the plan is cut (``_execute``)
@@ -972,12 +981,24 @@ class _Run(W.Stager):
         thread a task (``_whole``: the skewed chain's add cut by columns only, so that D x E, too short to
         share by rows, runs in it: one stage instead of two). Those that fail are stored, and the others
         checked again. None where the step with them does not fit a worker's wave budget at its cuts (their
-        own stages could cut the labels they sum away)."""
+        own stages could cut the labels they sum away). The decision depends only on the plan, the threads
+        and the wave budget: a plan run again replays it (``decided``: the same ``_computing`` calls, so the
+        same stages made in the same order, which the task SQL is kept by) instead of checking again, ~1-2
+        ms of the client's planning per run of the square chain."""
         inner, _ = _renames(root)
         if isinstance(inner, T.Aggregate):
             return None
-        ours = {r for r in T.nodes(inner) if isinstance(r, T.Aggregate) and not self.is_stored(r)}
+        aggs = [r for r in T.nodes(inner) if isinstance(r, T.Aggregate)]
+        known = self.decided.get((self.threads, self.budget))
+        if known is not None:  # the plan's earlier run decided: the same stages, made in the same order
+            calls, cuts = known
+            for picks in calls:
+                rel, _ = self._computing(root, {aggs[i] for i in picks})
+            return None if cuts is None else (rel, dict(cuts))
+        ours = {r for r in aggs if not self.is_stored(r)}
+        calls: list[tuple[int, ...]] = []
         while ours:  # each round stores one or more of them (and what is under those), or returns
+            calls.append(tuple(i for i, a in enumerate(aggs) if a in ours))
             rel, nodes = self._computing(root, ours)
             if set(nodes) != ours:  # storing one stored some of them too: read those from their stage
                 ours = set(nodes)
@@ -993,6 +1014,7 @@ class _Run(W.Stager):
             # the labels they sum away to fit
             options = [c for c in options if W.footprint(rel, W.largest(c, space)) <= self.budget]
             if not options:
+                self.decided[(self.threads, self.budget)] = (calls, None)
                 return None
             failed: set[T.Aggregate] = set()
             for cuts in options:
@@ -1002,8 +1024,10 @@ class _Run(W.Stager):
                     a for a, node in nodes.items() if not self._inlinable(node, tasks, boxes.get(node, []))
                 }
                 if not failed:
+                    self.decided[(self.threads, self.budget)] = (calls, tuple(cuts.items()))
                     return rel, cuts
             ours -= failed
+        self.decided[(self.threads, self.budget)] = (calls, None)
         return None
 
     def _computing(self, root: T.Rel, ours: set[T.Aggregate]) -> tuple[T.Rel, dict[T.Aggregate, T.Aggregate]]:
