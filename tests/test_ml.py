@@ -879,3 +879,81 @@ def test_model_and_checkpoint_tables_never_replace_a_users_tables(s, separable):
     s.execute("UPDATE tensorsql_models SET config = replace(config, '2', '3') WHERE lower(name) = 'mine'")
     with pytest.raises(ts.CatalogError, match="saved model 'mine': its weights do not fit its"):
         ml.load(s, "mine")
+
+
+def test_a_save_over_a_model_of_other_weights_replaces_only_that_models_tables(s):
+    """A save over a saved model replaced every ``<name>__<weight>`` it wrote, also a user's table the old
+    model had none of (an MLP of more layers over a linear model: the user's ``churn3__W0`` rows were
+    overwritten; found by a probe). Only the old model's tables are replaced, its weights the new one has
+    not are dropped, and a user's table is a CatalogError with nothing written."""
+    ml.LinearRegression(s, 2, dtype="float64").save("churn3")
+    s.execute("CREATE TABLE churn3__W0 (customer VARCHAR, important INTEGER)")
+    s.execute("INSERT INTO churn3__W0 VALUES ('alice', 1), ('bob', 2)")
+    with pytest.raises(ts.CatalogError, match="table 'churn3__W0' exists and is not this model's .the saved"):
+        ml.MLP(s, [2, 3, 2], dtype="float64").save("churn3")
+    assert s.execute("SELECT * FROM churn3__W0 ORDER BY customer") == [("alice", 1), ("bob", 2)]
+    assert isinstance(ml.load(s, "churn3"), ml.LinearRegression)
+    s.execute("DROP TABLE churn3__W0")
+    mlp = ml.MLP(s, [2, 3, 2], dtype="float64")
+    mlp.save("churn3")
+    loaded = ml.load(s, "churn3")
+    assert isinstance(loaded, ml.MLP)
+    for k, v in mlp.weights().items():
+        np.testing.assert_array_equal(loaded.weights()[k], v)
+    left = {t.lower() for t in s.tables() if t.lower().startswith("churn3__")}
+    assert left == {f"churn3__{k}".lower() for k in mlp.names}  # the linear model's W and b dropped
+    ml.LinearRegression(s, 2, dtype="float64").save("CHURN3")  # and back: the MLP's tables go
+    assert {t.lower() for t in s.tables() if t.lower().startswith("churn3__")} == {"churn3__w", "churn3__b"}
+
+
+def test_a_checkpoint_never_replaces_a_tensor_it_did_not_write(s, separable, monkeypatch):
+    """A checkpoint took any tensor table of an epoch to come for its own leftovers: a user's tensor
+    ``jobp__e1__W`` or a saved model ``jobp__e1``'s weights were replaced by epoch 1, then dropped after epoch
+    2 (found by a probe). The progress row now marks the epoch whose tables are being written: a run stopped
+    halfway through writing them resumes over those, and only those."""
+    feats = ["f0", "f1", "f2", "f3"]
+    ml.LinearRegression(s, 4, dtype="float64").save("jobp__e1")
+    s.save(s.from_numpy(np.arange(4.0)), "jobp__e2__b", replace=True)
+    for epochs in (1, 2):
+        with pytest.raises(ts.ConfigError, match="would write table 'jobp__e1__W', a table or view it did not"):
+            ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=epochs,
+                   checkpoint="jobp", progress=False)  # fmt: skip
+    assert isinstance(ml.load(s, "jobp__e1"), ml.LinearRegression)
+    np.testing.assert_array_equal(s.table("jobp__e2__b").numpy(), np.arange(4.0))
+
+    def fit(model, epochs):
+        return ml.fit(model, "points", feats, "label", epochs=epochs, batch_size=600, optimizer=ml.SGD(0.1),
+                      checkpoint="ck_half", progress=False)  # fmt: skip
+
+    whole = ml.LogisticRegression(s, 4, dtype="float64", seed=3)
+    ml.fit(whole, "points", feats, "label", epochs=3, batch_size=600, optimizer=ml.SGD(0.1), progress=False)
+    real, saves = s.save, []
+
+    def save(rel, name, **kw):  # stopped between the second epoch's two weight tables
+        saves.append(name)
+        if name == "ck_half__e2__b":
+            raise KeyboardInterrupt
+        return real(rel, name, **kw)
+
+    monkeypatch.setattr(s, "save", save)
+    with pytest.raises(KeyboardInterrupt):
+        fit(ml.LogisticRegression(s, 4, dtype="float64", seed=3), 3)
+    monkeypatch.undo()
+    assert "ck_half__e2__W" in set(s.tables())  # a leftover of the stopped run: its own, replaced
+    model = ml.LogisticRegression(s, 4, dtype="float64", seed=3)
+    hist = fit(model, 3)
+    assert hist.resumed_after == 1
+    for k in ("W", "b"):
+        np.testing.assert_allclose(model.weights()[k], whole.weights()[k], rtol=1e-12)
+    assert not any(t.startswith(("ck_half__e1__", "ck_half__e2__")) for t in s.tables())
+
+
+def test_a_model_or_optimizer_given_no_session_or_no_relations_is_a_config_error(s):
+    with pytest.raises(ts.ConfigError, match="LinearRegression: the first argument must be a tensorsql Session"):
+        ml.LinearRegression(None, 2)
+    with pytest.raises(ts.ConfigError, match="load: the first argument must be a tensorsql Session, got str"):
+        ml.load("churn", "churn")
+    with pytest.raises(ts.ConfigError, match="step: params must be a sequence of tensor relations"):
+        ml.SGD(0.1).step(None, None)
+    with pytest.raises(ts.ConfigError, match="step: grads must be a sequence of tensor relations"):
+        ml.SGD(0.1).step([s.from_numpy(np.zeros(2))], [np.zeros(2)])

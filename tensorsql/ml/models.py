@@ -39,6 +39,7 @@ class Model:
     names: tuple[str, ...] = ()
 
     def __init__(self, session: Session, dtype: str = "float32", seed: int = 0) -> None:
+        _check_session(session, type(self).__name__)
         if dtype not in ("float32", "float64"):
             raise ConfigError(f"{type(self).__name__}: dtype must be float32 or float64, got {dtype!r}")
         if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
@@ -151,27 +152,61 @@ class Model:
                 exp.Literal.string(json.dumps({**self.config(), "dtype": self.dtype})),
             ]
         )
-        # a first save never replaces tables it did not write: a user's table "churn__W" was overwritten
-        if not _saved(s, name):
-            here = s.local_executor.names_here()
-            taken = [f"{name}__{k}" for k in self.params if metadata.fold(f"{name}__{k}") in here]
-            if taken:
-                raise CatalogError(
-                    f"save model {name!r}: table {taken[0]!r} exists and is not this model's (no model "
-                    f"{name!r} is saved); give the model another name, or drop the table"
-                )
+        # a save never replaces tables it did not write: a user's table "churn__W" was overwritten by a
+        # first save, and "churn__W0" by a save over a model "churn" of other weights (an MLP of more layers)
+        old = _weight_tables(s, name)
+        here = s.local_executor.names_here()
+        new = {metadata.fold(f"{name}__{k}") for k in self.params}
+        taken = [f"{name}__{k}" for k in self.params if metadata.fold(f"{name}__{k}") in here - old]
+        if taken:
+            saved = _saved(s, name)
+            whose = "the saved model {!r} has no such weight" if saved else "no model {!r} is saved"
+            raise CatalogError(
+                f"save model {name!r}: table {taken[0]!r} exists and is not this model's "
+                f"({whose.format(name)}); give the model another name, or drop the table"
+            )
         # the weights and the row together (a model half saved is no model); inside a transaction the
         # user began, part of it. A name in another case is the same model: DuckDB's table names fold
         # case, so "Churn" and "churn" would share weight tables
         with s.local_executor.transaction("save model"):
             for k, rel in self.params.items():
                 s.save(rel, f"{name}__{k}", replace=True)
+            stored = {metadata.fold(t): t for t in s.tables()}
+            for gone in sorted(old - new):  # the replaced model's weights this one does not have
+                if gone in stored:
+                    s.drop(stored[gone])
             s.execute(exp.delete(table, where=_named(s, name)), "save model")
             s.execute(exp.insert(exp.Values(expressions=[row]), table), "save model")
 
     def __repr__(self) -> str:
         shapes = ", ".join(f"{k}{v.shape}" for k, v in self.params.items())
         return f"<{type(self).__name__} {self.dtype} {shapes}>"
+
+
+def _check_session(session: object, what: str) -> None:
+    from tensorsql.session import Session
+
+    if not isinstance(session, Session):  # None raised AttributeError from deep inside
+        got = type(session).__name__
+        raise ConfigError(f"{what}: the first argument must be a tensorsql Session, got {got}")
+
+
+def _weight_tables(s: Session, name: str) -> set[str]:
+    """The weight tables (folded names) of the models saved as ``name``: those a save may replace. A row
+    that does not read as a model (damaged) owns none."""
+    from tensorsql import metadata
+
+    if not _saved(s, name):
+        return set()
+    table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
+    out: set[str] = set()
+    for kind, config in s.execute(exp.select("kind", "config").from_(table).where(_named(s, name)), "model"):
+        try:
+            model = _build(s, name, kind, config)
+        except CatalogError:
+            continue
+        out |= {metadata.fold(f"{name}__{k}") for k in model.names}
+    return out
 
 
 def _saved(s: Session, name: str) -> bool:
@@ -384,6 +419,7 @@ def load(session: Session, name: str) -> Model:
     tensor tables."""
     from tensorsql.errors import TableNotFoundError
 
+    _check_session(session, "load")
     table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
     # looked up, not read on the chance: inside the user's transaction a failed read aborts it
     if not session.local_executor.has_table(MODELS):
@@ -398,7 +434,18 @@ def load(session: Session, name: str) -> Model:
             "tables; save the model again to keep one"
         )
     kind, config = rows[0]
-    cls = KINDS.get(kind)
+    model = _build(session, name, kind, config)
+    try:
+        model.set_params([session.table(f"{name}__{k}") for k in model.names])
+    except (ShapeError, DTypeError) as exc:  # sizes in the row that its weight tables do not have
+        raise CatalogError(f"saved model {name!r}: its weights do not fit its {MODELS} row: {exc}") from exc
+    return model
+
+
+def _build(session: Session, name: str, kind: object, config: object) -> Model:
+    """A model of the kind and sizes of a ``tensorsql_models`` row (its weights new); CatalogError for a
+    row ``save`` did not write."""
+    cls = KINDS.get(kind)  # type: ignore[call-overload]
     if cls is None:
         raise CatalogError(f"saved model {name!r} has an unknown kind {kind!r} in {MODELS}")
     try:
@@ -419,10 +466,6 @@ def load(session: Session, name: str) -> Model:
         raise CatalogError(
             f"saved model {name!r}: its {MODELS} row is corrupted ({what}): {config!r}"
         ) from exc
-    try:
-        model.set_params([session.table(f"{name}__{k}") for k in model.names])
-    except (ShapeError, DTypeError) as exc:  # sizes in the row that its weight tables do not have
-        raise CatalogError(f"saved model {name!r}: its weights do not fit its {MODELS} row: {exc}") from exc
     return model
 
 

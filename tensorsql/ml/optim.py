@@ -40,6 +40,11 @@ class Optimizer:
 
     def step(self, params: Sequence[TensorRelation], grads: Sequence[TensorRelation]) -> list[TensorRelation]:
         """The parameters after one update, stored; the state advances with them."""
+        from tensorsql.relation import TensorRelation
+
+        for what, given in (("params", params), ("grads", grads)):
+            if not isinstance(given, Sequence) or not all(isinstance(r, TensorRelation) for r in given):
+                raise ConfigError(f"step: {what} must be a sequence of tensor relations, got {given!r:.80}")
         if len(params) != len(grads):
             raise ShapeError(f"step: {len(params)} parameters but {len(grads)} gradients")
         for i, (p, g) in enumerate(zip(params, grads, strict=True)):

@@ -556,6 +556,10 @@ class _Streamed(_Rows):
             self.table = None
 
 
+#: the progress table's columns, in order
+_PROGRESS = ("epoch", "steps", "losses", "setup", "writing")
+
+
 class Checkpoint:
     """Weights and optimizer state of the last finished epoch as tensor tables ``<name>__e<epoch>__...``,
     and ``<name>__progress`` (epoch, optimizer steps, losses): written after the tables, so a run stopped at
@@ -571,15 +575,17 @@ class Checkpoint:
         self.progress = exp.Table(this=_ident(f"{name}__progress"))
 
     def check_free(self, model: Model, optimizer: Optimizer, start: int, epochs: int) -> None:
-        """Before training: the tables of the epochs to come are free, or tensor tables an earlier run of
-        this checkpoint wrote before it was stopped; a user's table of such a name (``ck__e1__W``) was
-        replaced, then dropped with the epoch."""
+        """Before training: the tables of the epochs to come are free, or tensor tables of the epoch an
+        earlier run of this checkpoint was writing when it stopped (``_mark``). A user's table of such a
+        name (``ck__e1__W``), even a tensor or a saved model's weights, was replaced, then dropped with the
+        epoch."""
         local = self.s.local_executor
         here = local.names_here()
         tensors = {fold(n) for n in self.s.tables()}
+        writing = self._writing()
         for epoch in range(start + 1, epochs + 1):
             for table in self._tables(model, optimizer, epoch).values():
-                if fold(table) in here and fold(table) not in tensors:
+                if fold(table) in here and not (epoch == writing and fold(table) in tensors):
                     raise ConfigError(
                         f"fit: checkpoint {self.name!r} would write table {table!r}, a table or view it did "
                         "not write; give another checkpoint name, or drop it"
@@ -595,36 +601,64 @@ class Checkpoint:
     def save(self, model: Model, optimizer: Optimizer, epoch: int, losses: list[float]) -> None:
         s = self.s
         tables = self._tables(model, optimizer, epoch)
+        self._ensure_progress()
+        before = self._epoch()
+        self._mark(epoch)  # the epoch's tables are this checkpoint's from now on, also if it stops halfway
         for i, k in enumerate(model.names):
             s.save(model.params[k], tables[f"param:{k}"], replace=True)
             for st in optimizer.state_names:
                 s.save(optimizer.state[i][st], tables[f"state:{i}:{st}"], replace=True)
-        cols = [
-            exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(t))
-            for c, t in (("epoch", "INTEGER"), ("steps", "INTEGER"), ("losses", "VARCHAR"))
-        ]
-        schema = exp.Schema(this=self.progress.copy(), expressions=cols)
-        s.execute(exp.Create(this=schema, kind="TABLE", exists=True))
-        setup = exp.ColumnDef(this=_ident("setup"), kind=exp.DataType.build("VARCHAR"), exists=True)
-        s.execute(exp.Alter(this=self.progress.copy(), kind="TABLE", actions=[setup]))  # one written before
-        before = self._epoch()
         row = exp.Tuple(
             expressions=[
                 exp.Literal.number(epoch),
                 exp.Literal.number(optimizer.steps),
                 exp.Literal.string(json.dumps(losses)),
                 exp.Literal.string(json.dumps(_setup(model, optimizer), sort_keys=True)),
+                exp.Null(),
             ]
         )
         with s.local_executor.transaction("checkpoint"):
             s.execute(exp.delete(self.progress.copy()))
-            s.execute(exp.insert(exp.Values(expressions=[row]), self.progress.copy()))
+            s.execute(self._insert(row))
         if before is not None and before != epoch:
             stored = {fold(n) for n in s.tables()}  # as DuckDB's names match: a resume may spell it in
             # another case ("ck" then "CK"), whose last epoch's tables would stay otherwise
             for old in self._tables(model, optimizer, before).values():
                 if fold(old) in stored:
                     s.drop(old)
+
+    def _ensure_progress(self) -> None:
+        cols = [
+            exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(t))
+            for c, t in (("epoch", "INTEGER"), ("steps", "INTEGER"), ("losses", "VARCHAR"))
+        ]
+        schema = exp.Schema(this=self.progress.copy(), expressions=cols)
+        self.s.execute(exp.Create(this=schema, kind="TABLE", exists=True))
+        for c, t in (("setup", "VARCHAR"), ("writing", "INTEGER")):  # one written before had neither
+            col = exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(t), exists=True)
+            self.s.execute(exp.Alter(this=self.progress.copy(), kind="TABLE", actions=[col]))
+
+    def _mark(self, epoch: int) -> None:
+        """The progress row says ``epoch``'s tables are being written (a row of epoch 0 where no epoch is
+        saved yet): a run stopped halfway leaves tables its next run may replace, and only those."""
+        if self._row() is None:
+            values = [exp.Literal.number(0), exp.Literal.number(0), exp.Literal.string("[]"), exp.Null()]
+            row = exp.Tuple(expressions=[*values, exp.Literal.number(epoch)])
+            self.s.execute(self._insert(row))
+        else:
+            self.s.execute(exp.update(self.progress.copy(), {"writing": exp.Literal.number(epoch)}))
+
+    def _insert(self, row: exp.Tuple) -> exp.Insert:
+        return exp.insert(
+            exp.Values(expressions=[row]), self.progress.copy(), columns=[_ident(c) for c in _PROGRESS]
+        )
+
+    def _writing(self) -> int | None:
+        """The epoch whose tables a stopped run was writing (None: none, or a checkpoint written before
+        the mark was kept)."""
+        row = self._row()
+        writing = None if row is None else row.get("writing")
+        return writing if isinstance(writing, int) and not isinstance(writing, bool) else None
 
     def _row(self) -> dict[str, object] | None:
         """The progress row by column, None when there is none. The table is looked up, never read on the
@@ -638,8 +672,13 @@ class Checkpoint:
         rows, described = local.describe(exp.select(exp.Star()).from_(self.progress.copy()), "fit")
         got = {str(d[0]).lower(): str(d[1]).upper() for d in described}
         want = {"epoch": "INTEGER", "steps": "INTEGER", "losses": "VARCHAR"}
-        extra = set(got) - {*want, "setup"}
-        if any(got.get(c) != t for c, t in want.items()) or extra or got.get("setup", "VARCHAR") != "VARCHAR":
+        extra = set(got) - {*want, "setup", "writing"}
+        if (
+            any(got.get(c) != t for c, t in want.items())
+            or extra
+            or got.get("setup", "VARCHAR") != "VARCHAR"
+            or got.get("writing", "INTEGER") != "INTEGER"
+        ):
             raise ConfigError(
                 f"fit: checkpoint {self.name!r}: {self.progress.name!r} is not the progress table of a "
                 f"checkpoint (its columns: {', '.join(f'{c} {t}' for c, t in got.items())}); give another "
@@ -663,8 +702,12 @@ class Checkpoint:
         if row is None:
             return None
         epoch, steps = row["epoch"], row["steps"]
-        if not isinstance(epoch, int) or not isinstance(steps, int) or epoch < 1 or steps < 0:
+        if not isinstance(epoch, int) or not isinstance(steps, int) or epoch < 0 or steps < 0:
             raise self._damaged(f"epoch {epoch!r}, steps {steps!r}")
+        if epoch == 0:  # the first epoch's tables marked (``_mark``), none saved whole yet
+            if steps or str(row["losses"]) != "[]":
+                raise self._damaged(f"epoch 0 with steps {steps!r}, losses {row['losses']!r}")
+            return None
         try:
             losses = json.loads(str(row["losses"]))
         except ValueError:
