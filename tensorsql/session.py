@@ -739,8 +739,10 @@ class Session:
             raise ConfigError(f"ids: dimension {d} of this relation has no ids (dimensions with ids: {have})")
         local = self.local_executor
         q = exp.select("position", "id").from_(exp.to_identifier(maps[d], quoted=True)).order_by("position")
-        rows = local.query(q, "ids")
-        return pa.table({"position": pa.array([r[0] for r in rows], pa.int64()), "id": [r[1] for r in rows]})
+        # as Arrow, as DuckDB holds them: through Python values a UBIGINT past 2**63 raised OverflowError and
+        # a MAP gained the other rows' keys
+        got = local.with_arrow({}, lambda: q)
+        return pa.table({"position": got.column("position").cast(pa.int64()), "id": got.column("id")})
 
     def from_table(
         self,

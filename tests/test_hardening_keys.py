@@ -345,3 +345,57 @@ def test_from_arrow_refuses_a_uint64_key_past_int64(s):
     huge = t.set_column(0, "k0", pa.array([2**63 + 5, 0], pa.uint64()))
     with pytest.raises(ts.CorruptTableError, match=r"\[9223372036854775813, 0\] lies outside its block grid"):
         s.from_arrow(huge)
+
+
+@pytest.mark.parametrize(
+    ("edit", "match"),
+    [
+        ("UPDATE \"{t}\" SET tensor = tensor_from_list([10, 11, 12, 13], 'float64') WHERE k0 = 0", "0, 0"),
+        ("UPDATE \"{t}\" SET tensor = tensor_from_list([10], 'float64') WHERE k0 = 0", "0, 0"),
+    ],
+    ids=["long_blob", "short_blob"],
+)
+def test_a_wrong_length_blob_read_without_a_kernel_given_its_shape_raises(s, edit, match):
+    """A stored blob of the wrong length passed unchecked where no kernel is given the block's shape: the
+    cells of ``tensor_cells(A)`` (dense), of a map or cast over A, ``to_rows()``, and ``map(...).save()``
+    came out under other keys or copied it on (found by a probe). Each now raises naming the table and key;
+    the stored macro ``tensor_cells('A')`` too, and for a key outside the grid or repeated."""
+    t = f"wl_{abs(hash(edit)) % 10**6}"
+    s.from_numpy(np.arange(4.0).reshape(2, 2), block_shape=(1, 2)).save(t)
+    s.executor.con.execute(edit.format(t=t))
+    reads = {
+        "cells": lambda: s.sql(f'SELECT * FROM tensor_cells("{t}")').fetchall(),
+        "cells of a map": lambda: s.sql(f"SELECT * FROM tensor_cells(tensor_map(\"{t}\", 'neg'))").fetchall(),
+        "macro": lambda: s.sql(f"SELECT * FROM tensor_cells('{t}')").fetchall(),
+        "to_rows": lambda: s.table(t).to_rows(),
+        "map numpy": lambda: s.map(s.table(t), "neg").numpy(),
+        "cast numpy": lambda: s.table(t).astype("float32").numpy(),
+        "map save": lambda: s.map(s.table(t), "neg").save(f"{t}_neg"),
+    }
+    for what, read in reads.items():
+        with pytest.raises(Exception, match=rf"corrupted stored table .*{t}.*{match}") as info:
+            read()
+        assert info.type.__name__ in ("CorruptTableError", "InvalidInputException", "SQLExecutionError"), what
+    assert f"{t}_neg" not in s.tables()
+
+
+def test_the_stored_macro_refuses_keys_outside_the_grid_or_twice_and_reads_the_current_schema(s):
+    s.from_numpy(np.arange(6.0).reshape(2, 3), block_shape=(1, 3)).save("mk")
+    assert len(s.sql("SELECT * FROM tensor_cells('mk')").fetchall()) == 6
+    s.executor.con.execute('UPDATE "mk" SET k0 = 0 WHERE k0 = 1')
+    with pytest.raises(Exception, match=r"corrupted stored table mk: block key \[0, 0\] lies outside"):
+        s.sql("SELECT * FROM tensor_cells('mk')").fetchall()
+    s.executor.con.execute('UPDATE "mk" SET k0 = 5 WHERE rowid = (SELECT min(rowid) FROM "mk")')
+    with pytest.raises(Exception, match=r"block key \[5, 0\] lies outside its block grid"):
+        s.sql("SELECT * FROM tensor_cells('mk')").fetchall()
+    s.executor.con.execute('UPDATE "mk" SET k0 = 1 WHERE k0 = 5')
+    s.sql("CREATE SCHEMA other")
+    sevens = "tensor_from_list([7, 7, 7], 'float64')"
+    s.sql(f'CREATE TABLE other."mk" AS SELECT k0, k1, {sevens} AS tensor FROM main."mk"')
+    s.sql("USE other")
+    try:  # main's catalog was read for other's plain table: its 7s came out as the tensor's cells
+        with pytest.raises(Exception, match="tensorsql_catalog does not exist"):
+            s.sql("SELECT * FROM tensor_cells('mk')").fetchall()
+    finally:
+        s.sql("USE main")
+    assert sorted(v for _, v in s.sql("SELECT * FROM tensor_cells('mk')").fetchall()) == [0, 1, 2, 3, 4, 5]

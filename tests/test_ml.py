@@ -889,7 +889,7 @@ def test_a_save_over_a_model_of_other_weights_replaces_only_that_models_tables(s
     ml.LinearRegression(s, 2, dtype="float64").save("churn3")
     s.execute("CREATE TABLE churn3__W0 (customer VARCHAR, important INTEGER)")
     s.execute("INSERT INTO churn3__W0 VALUES ('alice', 1), ('bob', 2)")
-    with pytest.raises(ts.CatalogError, match="table 'churn3__W0' exists and is not this model's .the saved"):
+    with pytest.raises(ts.CatalogError, match=r"table 'churn3__W0' exists and is not this model's \(the"):
         ml.MLP(s, [2, 3, 2], dtype="float64").save("churn3")
     assert s.execute("SELECT * FROM churn3__W0 ORDER BY customer") == [("alice", 1), ("bob", 2)]
     assert isinstance(ml.load(s, "churn3"), ml.LinearRegression)
@@ -915,7 +915,7 @@ def test_a_checkpoint_never_replaces_a_tensor_it_did_not_write(s, separable, mon
     ml.LinearRegression(s, 4, dtype="float64").save("jobp__e1")
     s.save(s.from_numpy(np.arange(4.0)), "jobp__e2__b", replace=True)
     for epochs in (1, 2):
-        with pytest.raises(ts.ConfigError, match="would write table 'jobp__e1__W', a table or view it did not"):
+        with pytest.raises(ts.ConfigError, match="would write table 'jobp__e1__W', a table or view it did"):
             ml.fit(ml.LogisticRegression(s, 4, dtype="float64"), "points", feats, "label", epochs=epochs,
                    checkpoint="jobp", progress=False)  # fmt: skip
     assert isinstance(ml.load(s, "jobp__e1"), ml.LinearRegression)
@@ -949,9 +949,9 @@ def test_a_checkpoint_never_replaces_a_tensor_it_did_not_write(s, separable, mon
 
 
 def test_a_model_or_optimizer_given_no_session_or_no_relations_is_a_config_error(s):
-    with pytest.raises(ts.ConfigError, match="LinearRegression: the first argument must be a tensorsql Session"):
+    with pytest.raises(ts.ConfigError, match="LinearRegression: the first argument must be a tensorsql"):
         ml.LinearRegression(None, 2)
-    with pytest.raises(ts.ConfigError, match="load: the first argument must be a tensorsql Session, got str"):
+    with pytest.raises(ts.ConfigError, match="load: the first argument must be a tensorsql Session, got"):
         ml.load("churn", "churn")
     with pytest.raises(ts.ConfigError, match="step: params must be a sequence of tensor relations"):
         ml.SGD(0.1).step(None, None)

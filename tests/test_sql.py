@@ -828,3 +828,29 @@ def test_probe_round_two_sql_findings(db):
                   "key => 'id') ORDER BY id").fetchall()  # fmt: skip
     x = np.arange(4) * 0.1
     np.testing.assert_allclose([r[1] for r in rows], (x + 10 * 2 * x + 0.5) + 0.5, rtol=1e-12)
+
+
+def test_ids_come_back_as_duckdb_holds_them(db):
+    """An id table went through Python values: a UBIGINT id past 2**63 raised the builtin OverflowError, a
+    MAP id gained the other rows' keys (found by a probe). It is read as Arrow."""
+    big = "18446744073709551615::UBIGINT"
+    rel = db.from_sql(f"SELECT * FROM (VALUES (0::UBIGINT, 2.0), ({big}, 1.0))", index=True)
+    ids = rel.ids(0)
+    assert ids.column("id").type == pa.uint64()
+    assert ids.column("id").to_pylist() == [0, 2**64 - 1]
+    rows = rel.to_rows(ids=True)
+    assert sorted(zip(rows.column(0).to_pylist(), rows.column("value").to_pylist(), strict=True)) == [
+        (0, 2.0),
+        (2**64 - 1, 1.0),
+    ]
+    maps = db.from_sql("SELECT * FROM (VALUES (MAP {'a': 1}, 1.0), (MAP {'b': 2}, 2.0))", index=True)
+    assert [dict(m) for m in maps.ids(0).column("id").to_pylist()] == [{"a": 1}, {"b": 2}]
+
+
+def test_a_dense_grid_that_cannot_be_held_is_refused_before_any_row_is_read(db):
+    """Three cells of a 2**32 x 2**32 tensor passed every per-dimension check and wrote temporary files
+    until the disk was full (~90 s; found by a probe): the grid's bytes are known up front."""
+    with pytest.raises(ts.OutOfMemoryError, match=r"shape \[4294967296, 4294967296\] float64 takes"):
+        db.from_sql("SELECT 0, 0, 1.0", (2**32, 2**32))
+    with pytest.raises(ts.OutOfMemoryError, match="more than this session's memory limit"):
+        db.sql("SELECT * FROM tensor_from_cells((SELECT 0 AS i, 1.0 AS x), shape => [4611686018427387904])")

@@ -57,6 +57,7 @@ from tensorsql.errors import (
     DTypeError,
     ExtensionError,
     KernelError,
+    OutOfMemoryError,
     PlanError,
     ShapeError,
     SQLExecutionError,
@@ -567,8 +568,39 @@ class DuckDBExecutor:
         _, described = self.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
         columns = [(str(d[0]), str(d[1])) for d in described]
         ingest.check_columns(columns, len(shape))
+        self._check_room(shape, dtype)
         dense = ingest.blocks_from_rows(parsed, shape, block_shape, dtype, [t for _, t in columns])
         return self._temp_table(dense, lambda exc: ingest.row_error(exc) or wrap(exc, "from_sql"))
+
+    def _check_room(self, shape: tuple[int, ...], dtype: str) -> None:
+        """A dense table of ``shape`` can be held: in memory and on the disk that DuckDB writes to together.
+        Its grid is known before any row is read; three cells of a 2**32 x 2**32 tensor wrote temporary
+        files until the disk was full (~90 s) before failing."""
+        import shutil
+
+        need = math.prod(shape) * DTYPES[dtype].itemsize
+        if need <= self.memory_limit:
+            return
+        where = os.path.dirname(os.path.abspath(self.database)) if self.database != ":memory:" else None
+        if where is None:
+            try:
+                setting = self.con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0]
+                where = str(setting or "")
+            except duckdb.Error:
+                where = ""
+            where = where or os.getcwd()
+        while where and not os.path.isdir(where):  # a temporary directory DuckDB makes when it spills
+            where = os.path.dirname(os.path.abspath(where))
+        try:
+            free = shutil.disk_usage(where or os.getcwd()).free
+        except OSError:
+            return  # no say: DuckDB's own limits decide
+        if need > self.memory_limit + free:
+            raise OutOfMemoryError(
+                f"from_sql: a dense tensor of shape {list(shape)} {dtype} takes {need} bytes, more than this "
+                f"session's memory limit ({self.memory_limit} bytes) and the free disk where DuckDB writes "
+                f"({free} bytes) together"
+            )
 
     # -- running plans -------------------------------------------------------------------------------------
     def plan_query(self, plan: Plan, dense: bool = False) -> exp.Query | None:

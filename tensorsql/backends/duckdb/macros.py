@@ -27,8 +27,13 @@ WITH ts_named AS (
         ELSE tensor_table
     END AS bare
 ), meta AS (
+    -- the catalog and the table both read in the current schema: after USE s2, the catalog's
+    -- name found main's while the table's found s2's (a plain table read as the tensor)
     SELECT CAST(shape AS BIGINT[]) AS shp, CAST(block_shape AS BIGINT[]) AS bs, dtype
-    FROM tensorsql_catalog, ts_named
+    FROM query_table(concat(
+        '"', replace(current_database(), '"', '""'), '"."', replace(current_schema(), '"', '""'),
+        '".tensorsql_catalog'
+    )), ts_named
     WHERE translate(name, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
         = translate(bare, 'ABCDEFGHIJKLMNOPQRSTUVWXYZ', 'abcdefghijklmnopqrstuvwxyz')
 ), found AS (
@@ -56,19 +61,34 @@ WITH ts_named AS (
 ), blocks AS (
     -- the key columns in order, then a pad (so a 0-d tensor, which has no keys, still gives a list)
     SELECT CAST(list_value(*COLUMNS('^(k[0-9]+|__ts_pad)$')) AS BIGINT[]) AS keys, tensor
-    FROM query_table(concat('"', replace(CASE
+    FROM query_table(concat(
+        '"', replace(current_database(), '"', '""'), '"."', replace(current_schema(), '"', '""'), '"."',
+        replace(CASE
         WHEN len(tensor_table) >= 2 AND starts_with(tensor_table, '"') AND ends_with(tensor_table, '"')
         THEN replace(tensor_table[2:-2], '""', '"')
         ELSE tensor_table
     END, '"', '""'), '"')), (SELECT -1 AS __ts_pad)
+), keys_ok AS (
+    -- a key outside the grid or twice: an error (the grid's LEFT JOIN dropped one, doubled the other)
+    SELECT CASE WHEN count(*) = 0 THEN 1 ELSE CAST(error(concat(
+        'tensorsql: corrupted stored table ', tensor_table, ': block key ',
+        CAST(list_resize(min(bad), len(min(bad)) - 1) AS VARCHAR),
+        ' lies outside its block grid or appears twice'
+    )) AS INTEGER) END AS ok
+    FROM (
+        SELECT keys AS bad FROM blocks GROUP BY keys HAVING count(*) > 1
+        UNION ALL
+        SELECT blocks.keys FROM blocks ANTI JOIN ts_grid ON blocks.keys = ts_grid.keys
+    )
 ), extents AS (
     SELECT
         ts_grid.keys AS keys, bs, dtype, tensor,
         list_transform(
             range(len(shp)), lambda d: least(bs[d + 1], shp[d + 1] - ts_grid.keys[d + 1] * bs[d + 1])
         ) AS e
-    FROM ts_grid LEFT JOIN blocks ON ts_grid.keys = blocks.keys, grid_size
-), per_block AS (
+    FROM ts_grid LEFT JOIN blocks ON ts_grid.keys = blocks.keys, grid_size, keys_ok
+    WHERE keys_ok.ok = 1
+), unpacked AS (
     SELECT
         keys, bs, e,
         CASE
@@ -80,8 +100,19 @@ WITH ts_named AS (
             ELSE tensor_to_list(tensor, dtype)
         END AS l
     FROM extents
+), ts_checked AS (
+    -- a blob of another length than its block's: an error (its cells came out under other keys)
+    SELECT keys, bs, e, CASE
+        WHEN len(l) = CAST(coalesce(list_aggregate(e, 'product'), 1) AS BIGINT) THEN l
+        ELSE CAST(error(concat(
+            'tensorsql: corrupted stored table ', tensor_table, ': block key ',
+            CAST(list_resize(keys, len(keys) - 1) AS VARCHAR), ' has ', len(l),
+            ' elements but its block needs ', CAST(coalesce(list_aggregate(e, 'product'), 1) AS BIGINT)
+        )) AS DOUBLE[])
+    END AS l
+    FROM unpacked
 ), cells AS (
-    SELECT keys, bs, e, unnest(l) AS value, generate_subscripts(l, 1) - 1 AS f FROM per_block
+    SELECT keys, bs, e, unnest(l) AS value, generate_subscripts(l, 1) - 1 AS f FROM ts_checked
 )
 SELECT
     list_transform(
@@ -97,8 +128,10 @@ FROM cells
 #: a word of the current definition: a database holding an older one gets this one on its next save (names
 #: match as DuckDB's table names do, ASCII letters in any case: its ``lower`` folded every letter, and a
 #: tensor 'Äx' read 'äx''s catalog row too; the cells of a block a table leaves out were left out; a name
-#: with a dot or a quote, or a schema-qualified one, read no catalog row: zero rows, no error)
-MARKER = "ts_named"
+#: with a dot or a quote, or a schema-qualified one, read no catalog row: zero rows, no error; a blob of the
+#: wrong length or a key outside the grid or twice gave cells under other keys; after ``USE s2`` the
+#: catalog was main's and the table s2's)
+MARKER = "ts_checked"
 
 
 def _current(con: duckdb.DuckDBPyConnection) -> bool:

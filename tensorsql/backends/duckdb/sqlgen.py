@@ -672,6 +672,15 @@ class _Builder:
             return source
         return read_whole(rel.table, source.args.get("alias"))
 
+    def passed(self, rel: T.Rel, sc: Src) -> exp.Expression:
+        """The blocks of ``rel`` read through ``sc`` by a step whose kernel is not given their shape (a map, a
+        cast, a rename): checked (``checked``) where ``rel`` is a stored table, as where the stored table is
+        the result itself. A wrong-length blob came out as cells of other keys, or as a map of it saved."""
+        leaf = rel.child if isinstance(rel, T.Restrict) else rel
+        if sc.value is None and isinstance(leaf, T.Scan):
+            return self.read(leaf, sc.alias)
+        return sc.tensor()
+
     def read(self, rel: T.Rel, alias: str) -> exp.Expression:
         """The ``tensor`` column of ``rel`` under ``alias``, where no kernel reads it (the stored table itself
         is the result): checked (``checked``) when ``rel`` is a stored table."""
@@ -695,7 +704,12 @@ class _Builder:
         if isinstance(rel, T.Slice):
             return self.slice(rel)
         if isinstance(rel, T.Densify):
-            return dense_grid(rel.schema, table(self.ref(rel.child), "b"))
+            blocks: exp.Expression = table(self.ref(rel.child), "b")
+            if isinstance(rel.child, T.Scan) and self.check(rel.child):  # no kernel checks what passes here
+                keys = [exp.alias_(col("b", k), ident(k)) for k in rel.child.schema.keys]
+                tensor = exp.alias_(self.read(rel.child, "b"), ident("tensor"), copy=False)
+                blocks = exp.select(*keys, tensor).from_(blocks).subquery("b")
+            return dense_grid(rel.schema, blocks)
         if isinstance(rel, T.Restrict):  # a stored table's blocks checked as they pass (``read``)
             sc = self.src(rel, "c")
             tensor = self.read(rel.child, "c") if sc.value is None else sc.tensor()
@@ -736,7 +750,7 @@ class _Builder:
         c = child.schema
         if isinstance(rel, T.Relabel | T.Restrict):
             sc = self.src(rel, "c")
-            return Row(_from(sc), sc.cols, sc.tensor())
+            return Row(_from(sc), sc.cols, self.passed(child, sc))
         sc = self.src(child, "c", all(s.nblocks(k) == 1 for k in s.keys))
         q = _from(sc)
         keys = {k: sc.cols[k].copy() for k in c.keys}
@@ -750,15 +764,15 @@ class _Builder:
                 block_shape(c, sc.cols),
             )
         elif isinstance(rel, T.MapBlocks):
-            args = [lit(rel.fn), lit(s.dtype), sc.tensor()]
+            args = [lit(rel.fn), lit(s.dtype), self.passed(child, sc)]
             if rel.param is not None:
                 args.append(exp.Cast(this=lit(float(rel.param)), to=exp.DataType.build("DOUBLE")))
             tensor = call("tensor_map", *args)
         elif isinstance(rel, T.CastBlocks):
-            tensor = call("tensor_cast", sc.tensor(), lit(c.dtype), lit(s.dtype))
+            tensor = call("tensor_cast", self.passed(child, sc), lit(c.dtype), lit(s.dtype))
         elif isinstance(rel, T.Positional):
             keys = {k: sc.cols[lab].copy() for k, lab in zip(s.keys, c.blob, strict=True)}
-            tensor = sc.tensor()
+            tensor = self.passed(child, sc)
         else:
             raise TypeError(f"unhandled TRA node {type(rel).__name__}")
         return Row(q, keys, tensor)
