@@ -56,7 +56,7 @@ def _printable(table: pa.Table) -> pa.Table:
     for name, col in zip(table.column_names, table.columns, strict=True):
         if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
             col = pa.array([None if v is None else f"<blob {len(v)} bytes>" for v in col.to_pylist()])
-        elif pa.types.is_nested(col.type):
+        elif pa.types.is_nested(col.type) or pa.types.is_interval(col.type):  # CSV has no INTERVAL either
             col = pa.array([None if v is None else str(v) for v in col.to_pylist()], pa.string())
         unique, i = name, 0
         while unique in seen:  # a join of two tensor_cells: "i0" twice (a JSON row keeps one of each name)

@@ -41,7 +41,6 @@ from tensorsql.errors import (
     PlanError,
     SessionClosedError,
     ShapeError,
-    SQLExecutionError,
     SQLFrontendError,
     TensorSQLError,
 )
@@ -670,17 +669,11 @@ class Session:
         dtype: object,
         index: object,
     ) -> TensorRelation:
-        import sqlglot
-
+        from tensorsql.backends.duckdb import ingest
         from tensorsql.frontend import ids
 
         local = self.local_executor
-        try:
-            parsed = sqlglot.parse_one(query, read="duckdb")
-        except sqlglot.errors.SqlglotError as exc:
-            raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
-        if not isinstance(parsed, exp.Query):
-            raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
+        parsed = ingest.parse_rows(query)
         _, described = local.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
         columns = len(described)
         rank = len(shape) if shape is not None else columns - 1

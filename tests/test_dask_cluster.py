@@ -293,16 +293,21 @@ def test_a_runs_stages_reach_the_scheduler_as_one_graph_and_run_where_placed(cs,
     assert ran == placed
 
 
+def _stored_chain(cs, n: int, seed: int):
+    """(A x B) + (C x (D x E)) over stored n x n operands: the relation, numpy's answer and its scale."""
+    rng = np.random.default_rng(seed)
+    a, b, c, d, e = (rng.standard_normal((n, n)) for _ in range(5))
+    A, B, C, D, E = (cs.from_numpy(x) for x in (a, b, c, d, e))
+    ab = cs.einsum("ij,jk->ik", A, B)
+    rel = cs.einsum("ik,ik->ik", ab, cs.einsum("ij,jk->ik", C, cs.einsum("ij,jk->ik", D, E)), join="add")
+    return rel, a @ b + c @ (d @ e), np.abs(c @ d @ e).max()
+
+
 def test_the_last_join_computes_the_products_under_it_in_its_own_tasks(cs):
     """(A x B) + (C x (D x E)) on stored square operands: D x E is a stage, and the last step's tasks each
     compute their rows of A x B and C x DE and add them (no stage per product, none for the add)."""
-    rng = np.random.default_rng(15)
-    a, b, c, d, e = (rng.standard_normal((64, 64)) for _ in range(5))
-    A, B, C, D, E = (cs.from_numpy(x) for x in (a, b, c, d, e))
-    ab = cs.einsum("ij,jk->ik", A, B)
-    got = cs.einsum("ik,ik->ik", ab, cs.einsum("ij,jk->ik", C, cs.einsum("ij,jk->ik", D, E)), join="add")
-    want = a @ b + c @ (d @ e)
-    np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+    got, want, scale = _stored_chain(cs, 64, 15)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-9, atol=1e-9 * scale)
     stages = cs.executor.last_run
     assert [st.what for st in stages] == ["Aggregate sum -> ('i', 'k')", "result"]
     assert all(sum(st.parts.values()) == 2 and len(st.parts) == 2 for st in stages)
@@ -312,15 +317,10 @@ def test_a_plan_run_again_replays_its_last_steps_decision(cs):
     """The last step's decision (which products its tasks compute, its cuts) depends only on the plan, the
     threads and the wave budget: a plan run again replays it (~1-2 ms of the client's planning), with the
     same stages, the same task SQL and the same result."""
-    rng = np.random.default_rng(17)
-    a, b, c, d, e = (rng.standard_normal((48, 48)) for _ in range(5))
-    A, B, C, D, E = (cs.from_numpy(x) for x in (a, b, c, d, e))
-    ab = cs.einsum("ij,jk->ik", A, B)
-    rel = cs.einsum("ik,ik->ik", ab, cs.einsum("ij,jk->ik", C, cs.einsum("ij,jk->ik", D, E)), join="add")
-    want = a @ b + c @ (d @ e)
+    rel, want, scale = _stored_chain(cs, 48, 17)
     runs = []
     for _ in range(3):
-        np.testing.assert_allclose(rel.numpy(), want, rtol=1e-9, atol=1e-9 * np.abs(c @ d @ e).max())
+        np.testing.assert_allclose(rel.numpy(), want, rtol=1e-9, atol=1e-9 * scale)
         runs.append([(st.what, dict(st.parts), st.blocks) for st in cs.executor.last_run])
     assert runs[0] == runs[1] == runs[2] and len(runs[0]) == 2
     ((calls, cuts),) = cs.executor._decided[rel.plan()].values()

@@ -854,3 +854,19 @@ def test_a_dense_grid_that_cannot_be_held_is_refused_before_any_row_is_read(db):
         db.from_sql("SELECT 0, 0, 1.0", (2**32, 2**32))
     with pytest.raises(ts.OutOfMemoryError, match="more than this session's memory limit"):
         db.sql("SELECT * FROM tensor_from_cells((SELECT 0 AS i, 1.0 AS x), shape => [4611686018427387904])")
+
+
+def test_from_sql_reads_values_as_from_table_does(db):
+    """``from_sql("VALUES ...")`` was refused as no SELECT, where ``from_table`` reads it (a probe)."""
+    np.testing.assert_array_equal(db.from_sql("VALUES (0, 1.0), (2, 3.5)", [3]).numpy(), [1.0, 0.0, 3.5])
+    rel = db.from_sql("VALUES ('a', 1.0), ('b', 2.0)", index=True)
+    assert rel.ids(0).column("id").to_pylist() == ["a", "b"]
+    with pytest.raises(ts.SQLExecutionError, match="must be a SELECT"):
+        db.from_sql("DROP TABLE t", [3])
+
+
+def test_explain_of_a_create_table_as_lists_its_call_once(db):
+    db.save(db.from_numpy(np.ones((2, 3))), "ex_ctas", replace=True)
+    rows = db.sql("EXPLAIN CREATE TABLE ex_t AS SELECT * FROM einsum('ij->j', ex_ctas)").fetchall()
+    assert [k for k, _ in rows] == ["tensorsql: einsum('ij->j', ex_ctas)", "physical_plan"]
+    assert "ex_t" not in db.tables()

@@ -481,8 +481,9 @@ def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:
     statement = parse(inner if inner is not None else text)
     r = _Rewriter(session, explain)
     r.prefetch(statement)
-    create = _create(r, statement)
-    if create is not None and not explain:
+    # EXPLAIN of a CTAS explains its rewrite below (looked at as a save too, its call was listed twice)
+    create = None if explain else _create(r, statement)
+    if create is not None:
         return Rewritten(statement, r.calls, create, made=r.made)
     if not explain and not any(_ours(n, FUNCTIONS) for n in statement.find_all(exp.Anonymous)):
         return Rewritten(statement, original=text)  # no tensor syntax: DuckDB gets the text as written

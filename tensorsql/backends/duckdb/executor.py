@@ -557,14 +557,7 @@ class DuckDBExecutor:
 
         The query runs once, inside the one statement that builds the table and checks every row as it
         passes (``ingest``); before it, DuckDB only binds it (LIMIT 0) for its columns' types."""
-        import sqlglot
-
-        try:
-            parsed = sqlglot.parse_one(query, read="duckdb")
-        except sqlglot.errors.SqlglotError as exc:  # ParseError, TokenError (an unterminated comment), ...
-            raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
-        if not isinstance(parsed, exp.Query):
-            raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
+        parsed = ingest.parse_rows(query)
         _, described = self.describe(exp.select(exp.Star()).from_(parsed.subquery("q")).limit(0), "from_sql")
         columns = [(str(d[0]), str(d[1])) for d in described]
         ingest.check_columns(columns, len(shape))

@@ -156,6 +156,24 @@ def row_failure(*parts: str | exp.Expression) -> exp.Expression:
     return call("error", _concat(f"{ROW} ", *parts))
 
 
+def parse_rows(query: str) -> exp.Query:
+    """``from_sql``'s query parsed: a row-returning query; VALUES reads as a SELECT of its rows (columns
+    col0, col1, ..., as ``from_table`` reads it)."""
+    import sqlglot
+
+    from tensorsql.errors import SQLExecutionError
+
+    try:
+        parsed = sqlglot.parse_one(query, read="duckdb")
+    except sqlglot.errors.SqlglotError as exc:  # ParseError, TokenError (an unterminated comment), ...
+        raise SQLExecutionError(f"from_sql: cannot parse the query: {exc}") from exc
+    if isinstance(parsed, exp.Values):
+        parsed = exp.select(exp.Star()).from_(exp.Subquery(this=parsed))
+    if not isinstance(parsed, exp.Query):
+        raise SQLExecutionError("from_sql: the query must be a SELECT (or another row-returning query)")
+    return parsed
+
+
 def blocks_from_rows(
     parsed: exp.Query, shape: tuple[int, ...], block_shape: tuple[int, ...], dtype: str, types: list[str]
 ) -> exp.Select:
