@@ -355,3 +355,24 @@ def test_sessions_on_one_file_share_the_default_limit(tmp_path):
         assert len(shown) == 1
         assert abs(c.executor.memory_limit - a.executor.memory_limit) < a.executor.memory_limit / 50
         assert c.executor.kernel_memory()[1] == b.executor.kernel_memory()[1]
+
+
+def test_duckdb_out_of_memory_inside_a_kernel_is_an_out_of_memory_error():
+    """DuckDB's own out of memory while a kernel allocated its result came back as the kernel's internal
+    error (DuckDB's exception as JSON) and read as a KernelError, "a block kernel rejected its input" (found
+    by a probe: ``memory_limit="9MiB"``, 16 KiB blocks)."""
+    text = (
+        'Invalid Input Error: tensor_source: internal error: {"exception_type":"Out of Memory",'
+        '"exception_message":"failed to allocate data of size 256.0 KiB (8.8 MiB/9.0 MiB used)"}'
+    )
+    err = duck_errors.wrap(duckdb.InvalidInputException(text), "einsum")
+    assert isinstance(err, OutOfMemoryError) and isinstance(err, MemoryError)
+    assert "failed to allocate data of size 256.0 KiB" in str(err) and "memory_limit" in str(err)
+    with ts.connect(memory_limit="9MiB", max_block_bytes="16KiB") as s:
+        x = np.random.default_rng(0).random((400, 300))
+        try:
+            got = s.einsum("ij,ij->", x, x, strategy="data").numpy()
+        except OutOfMemoryError:
+            pass  # as on this machine: never a KernelError
+        else:
+            assert_einsum_close(got, "ij,ij->", x, x)

@@ -65,7 +65,10 @@ def out_of_memory(exc: BaseException, what: str) -> OutOfMemoryError | None:
         return OutOfMemoryError(f"{what}: {text[start + 2 if start >= 0 else 0 :]}")
     text = str(exc).strip()
     pinned = isinstance(exc, duckdb.TransactionException) and "failed to pin block" in text.lower()
-    if isinstance(exc, duckdb.OutOfMemoryException) or pinned:  # a commit that found no memory is one too
+    # DuckDB's own out of memory inside a kernel's call (allocating its result), which the kernel reports as
+    # its internal error with DuckDB's exception as JSON: it had read as a KernelError, "rejected its input"
+    in_kernel = '"exception_type":"outofmemory"' in text.replace(" ", "").lower()
+    if isinstance(exc, duckdb.OutOfMemoryException) or pinned or in_kernel:  # a commit without memory too
         first = text.splitlines()[0] if text else "out of memory"
         return OutOfMemoryError(f"{what}: DuckDB ran out of memory ({first}); {OOM_HINT}")
     return None
