@@ -493,6 +493,8 @@ class ContractExpression:
                 self.shapes.append(tuple(operator.index(n) for n in shp))  # type: ignore[attr-defined]
             except (TypeError, ValueError) as exc:
                 raise ShapeError(f"shape {i} = {shp!r} is not a sequence of ints") from exc
+            if any(n < 0 for n in self.shapes[-1]):  # refused at the first call, not here, before
+                raise ShapeError(f"shape {i} = {shp!r} has a negative size")
         self._text, self._sublists = text, None if text is not None else sublists
         template = self._call_args(self.shapes)
         inputs, output, _ = split_args(template)

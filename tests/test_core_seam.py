@@ -122,6 +122,8 @@ def test_contract_expression_constants_out_and_errors():
         ts.contract_expression("ij,jk->ik", (4, 5), "ab")
     with pytest.raises(ts.ShapeError, match=r"shape 0 = \(4.5, 5\) is not a sequence of ints"):
         ts.contract_expression("ij,jk->ik", (4.5, 5), (5, 3))
+    with pytest.raises(ts.ShapeError, match=r"shape 0 = \(3, -4\) has a negative size"):  # at build time
+        ts.contract_expression("ij,jk->ik", (3, -4), (-4, 5))
 
 
 def test_compile_runs_a_lazy_graph_on_new_inputs(s):
