@@ -49,7 +49,7 @@ from tensorsql.backends.duckdb.errors import wrap
 from tensorsql.backends.duckdb.executor import DuckDBExecutor
 from tensorsql.compile import waves as W
 from tensorsql.compile.plan import Plan
-from tensorsql.errors import ConfigError, SessionClosedError, ShapeError, WorkerLostError
+from tensorsql.errors import ConfigError, OutOfMemoryError, SessionClosedError, ShapeError, WorkerLostError
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 
@@ -219,6 +219,12 @@ def _usable(rel: DistRel) -> bool:
 
 def _view(i: int) -> str:
     return f"_ts_in_{i}"
+
+
+def _all_paused(dask_scheduler: Any = None) -> bool:
+    """On the scheduler: it has workers, and every one is paused (for memory)."""
+    workers = list(dask_scheduler.workers.values())
+    return bool(workers) and all(getattr(ws.status, "name", "") == "paused" for ws in workers)
 
 
 def _unstick(token: str, dask_scheduler: Any = None) -> int:
@@ -682,6 +688,7 @@ class DaskExecutor:
         every ``POLL`` seconds the looks of ``_await`` (stuck tasks freed, a cluster without workers given up
         on, a closed session noticed)."""
         alone: float | None = None
+        paused: float | None = None
         every = PROGRESS_EVERY if stream is not None else POLL
         looked, unstick = time.monotonic(), True
         while not finished.wait(every):
@@ -694,6 +701,17 @@ class DaskExecutor:
                 raise SessionClosedError("the session was closed while its query ran")
             if self._nthreads():
                 alone = None
+                if self._all_paused():  # no worker may start a task: Dask resumes one under its threshold
+                    paused = time.monotonic() if paused is None else paused
+                    if time.monotonic() - paused > WORKER_WAIT:
+                        raise OutOfMemoryError(
+                            f"every worker of the Dask cluster was paused for memory for {WORKER_WAIT} s "
+                            "(Dask pauses a worker over 80% of its memory limit), with tasks of the query "
+                            "left to run; give the workers more memory (connect(worker_memory_limit=...)), "
+                            "or fewer workers more each"
+                        )
+                else:
+                    paused = None
                 if unstick:
                     try:
                         self.client.run_on_scheduler(_unstick, self._token)
@@ -709,6 +727,13 @@ class DaskExecutor:
                     f"the Dask cluster lost all its workers while a query ran, and none came back in "
                     f"{WORKER_WAIT} s"
                 )
+
+    def _all_paused(self) -> bool:
+        """Whether the scheduler has every worker paused (a look that fails says no: the query waits on)."""
+        try:
+            return bool(self.client.run_on_scheduler(_all_paused))
+        except Exception:  # a scheduler that cannot import tensorsql, or one going away: the other looks tell
+            return False
 
     @contextlib.contextmanager
     def _lost(self) -> Iterator[None]:

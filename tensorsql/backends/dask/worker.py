@@ -11,9 +11,11 @@ Dask's: task results, transfers).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import logging
 import os
+import sys
 from typing import Any
 
 from tensorsql.backends.dask import require_distributed
@@ -85,6 +87,7 @@ class TensorSQLWorker(distributed.WorkerPlugin):
 
         self._worker = worker
         _hear_spills(worker)
+        _trim_when_paused(worker)
         old = getattr(worker, ATTRIBUTE, None)
         if old is not None and not old.closed and getattr(worker, SPILL, None) == self.spill:
             return
@@ -131,6 +134,46 @@ class TensorSQLWorker(distributed.WorkerPlugin):
             prepared = getattr(self._worker, PREPARED, None)
             if prepared is not None:
                 prepared.released(key)
+
+
+#: milliseconds between looks at whether Dask paused the worker for memory (``_trim_when_paused``)
+TRIM_EVERY_MS = 250
+#: the worker's periodic callback that gives freed memory back while it is paused
+TRIM_CALLBACK = "tensorsql-trim"
+
+
+def _trim_when_paused(worker: Any) -> None:
+    """While Dask has the worker paused for memory (over 80% of its limit by default), the memory its
+    allocators keep after freeing (pyarrow's pool, glibc's heap) is given back every ``TRIM_EVERY_MS``: once
+    Dask had spilled all it holds, a paused worker with a task ready held ~460 MB of such memory of its 572
+    MiB, never went under the threshold again, and the query waited forever (found by a probe)."""
+    callbacks = getattr(worker, "periodic_callbacks", None)
+    if not isinstance(callbacks, dict) or TRIM_CALLBACK in callbacks:
+        return
+    from tornado.ioloop import PeriodicCallback
+
+    def look() -> None:
+        if getattr(worker.status, "name", "") == "paused":
+            release_memory()
+
+    pc = PeriodicCallback(look, TRIM_EVERY_MS)
+    callbacks[TRIM_CALLBACK] = pc
+    pc.start()
+
+
+def release_memory() -> None:
+    """Freed memory the process's allocators keep, given back to the system (what there is to give)."""
+    import ctypes
+    import ctypes.util
+
+    import pyarrow as pa
+
+    with contextlib.suppress(Exception):
+        pa.default_memory_pool().release_unused()
+    libc = ctypes.util.find_library("c")
+    if libc and sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            ctypes.CDLL(libc).malloc_trim(0)
 
 
 #: the attribute of a ``distributed.Worker`` that says its spill buffer tells the prepared tasks of spills
