@@ -149,7 +149,8 @@ class Model:
             expressions=[
                 exp.Literal.string(name),
                 exp.Literal.string(self.kind),
-                exp.Literal.string(json.dumps({**self.config(), "dtype": self.dtype})),
+                # its weights' names, so a later save knows the tables it may replace without building it
+                exp.Literal.string(json.dumps({**self.config(), "dtype": self.dtype, "weights": self.names})),
             ]
         )
         # a save never replaces tables it did not write: a user's table "churn__W" was overwritten by a
@@ -202,10 +203,15 @@ def _weight_tables(s: Session, name: str) -> set[str]:
     out: set[str] = set()
     for kind, config in s.execute(exp.select("kind", "config").from_(table).where(_named(s, name)), "model"):
         try:
-            model = _build(s, name, kind, config)
-        except CatalogError:
+            names = json.loads(config).get("weights")
+        except (ValueError, TypeError, AttributeError):
             continue
-        out |= {metadata.fold(f"{name}__{k}") for k in model.names}
+        if not (isinstance(names, list) and all(isinstance(k, str) for k in names)):
+            try:  # a row saved before the names were kept: the model built from it has them
+                names = _build(s, name, kind, config).names
+            except CatalogError:
+                continue
+        out |= {metadata.fold(f"{name}__{k}") for k in names}
     return out
 
 

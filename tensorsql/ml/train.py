@@ -556,8 +556,16 @@ class _Streamed(_Rows):
             self.table = None
 
 
-#: the progress table's columns, in order
-_PROGRESS = ("epoch", "steps", "losses", "setup", "writing")
+#: the progress table's columns and types, in order: the first three in every one, ``setup`` and
+#: ``writing`` added to one written before they were kept
+_PROGRESS = {
+    "epoch": "INTEGER",
+    "steps": "INTEGER",
+    "losses": "VARCHAR",
+    "setup": "VARCHAR",
+    "writing": "INTEGER",
+}
+_REQUIRED = ("epoch", "steps", "losses")
 
 
 class Checkpoint:
@@ -628,14 +636,11 @@ class Checkpoint:
                     s.drop(old)
 
     def _ensure_progress(self) -> None:
-        cols = [
-            exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(t))
-            for c, t in (("epoch", "INTEGER"), ("steps", "INTEGER"), ("losses", "VARCHAR"))
-        ]
+        cols = [exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(_PROGRESS[c])) for c in _REQUIRED]
         schema = exp.Schema(this=self.progress.copy(), expressions=cols)
         self.s.execute(exp.Create(this=schema, kind="TABLE", exists=True))
-        for c, t in (("setup", "VARCHAR"), ("writing", "INTEGER")):  # one written before had neither
-            col = exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(t), exists=True)
+        for c in (c for c in _PROGRESS if c not in _REQUIRED):
+            col = exp.ColumnDef(this=_ident(c), kind=exp.DataType.build(_PROGRESS[c]), exists=True)
             self.s.execute(exp.Alter(this=self.progress.copy(), kind="TABLE", actions=[col]))
 
     def _mark(self, epoch: int) -> None:
@@ -671,14 +676,8 @@ class Checkpoint:
             return None
         rows, described = local.describe(exp.select(exp.Star()).from_(self.progress.copy()), "fit")
         got = {str(d[0]).lower(): str(d[1]).upper() for d in described}
-        want = {"epoch": "INTEGER", "steps": "INTEGER", "losses": "VARCHAR"}
-        extra = set(got) - {*want, "setup", "writing"}
-        if (
-            any(got.get(c) != t for c, t in want.items())
-            or extra
-            or got.get("setup", "VARCHAR") != "VARCHAR"
-            or got.get("writing", "INTEGER") != "INTEGER"
-        ):
+        missing = any(c not in got for c in _REQUIRED)  # the added ones may be absent (written before)
+        if missing or set(got) - set(_PROGRESS) or any(got[c] != _PROGRESS[c] for c in got):
             raise ConfigError(
                 f"fit: checkpoint {self.name!r}: {self.progress.name!r} is not the progress table of a "
                 f"checkpoint (its columns: {', '.join(f'{c} {t}' for c, t in got.items())}); give another "

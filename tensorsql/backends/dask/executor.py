@@ -947,7 +947,7 @@ class _Run(W.Stager):
         ex: DaskExecutor,
         rels: dict[str, DistRel],
         sql: dict[tuple, dict[tuple, str]],
-        decided: dict[tuple, tuple] | None = None,
+        decided: dict[tuple, tuple],
     ) -> None:
         super().__init__()
         self.ex = ex
@@ -961,7 +961,7 @@ class _Run(W.Stager):
         #: this budget: what the stages are (which aggregations the last step computes) depends on them
         self.memo = sql.setdefault((self.threads, self.budget), {})
         #: the plan's ``fused_last`` decisions, by (threads, budget), where one can be replayed
-        self.decided: dict[tuple, tuple] = {} if decided is None else decided
+        self.decided = decided
         self.reports: list[StageReport] = []
         self.stored: set[str] = set()
         #: the stages' tasks, sent once the plan is cut (``_execute``)
