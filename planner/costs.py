@@ -334,16 +334,40 @@ class CostModel:
     #: a kernel call with this many flops per worker or more splits itself over the workers (the kernels'
     #: threaded GEMM, udf_kernels/src/gemm.cpp); 0: a call always runs on one worker
     split_flops: float = 0.0
+    #: seconds per byte of a tensor an engine re-splits, where it assembles every element of the new blocks
+    #: once from pieces of the old ones (what ``python -m tensorsql.calibrate`` measures as ``per_byte``);
+    #: None: a repartition costs ``per_byte`` per element of the paper's count (which charges a re-split as
+    #: a join of the overlapping tiles and an aggregation: 2-15x the tensor for the usual re-splits)
+    repart_byte: float | None = None
+    #: seconds a repartition between two EinSum vertices, or an aggregation whose partial blocks of one
+    #: output block come from different tasks (more summed parts than the calls merged into ``workers`` tasks
+    #: can keep together), costs beyond its bytes: on a cluster each is a stage boundary (a round trip
+    #: through the scheduler, the next stage's tasks planned afresh); 0: steps of one query (one process)
+    exchange: float = 0.0
+    #: calls beyond ``workers`` merge into a task per worker (along the summed labels first, then the
+    #: largest), which reads each of its blocks once: the join term counts the blocks each task reads, not
+    #: each call's (a cluster's stage); False: every call is fed its blocks (the paper)
+    task_join: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("per_call", "per_byte", "per_flop", "join_byte", "split_flops", "assemble_byte"):
+        for name in (
+            "per_call",
+            "per_byte",
+            "per_flop",
+            "join_byte",
+            "split_flops",
+            "assemble_byte",
+            "repart_byte",
+            "exchange",
+        ):
             v = getattr(self, name)
-            if v is None and name == "join_byte":
+            if v is None and name in ("join_byte", "repart_byte"):
                 continue
             if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0 or not math.isfinite(v):
                 raise PlanningError(f"CostModel.{name} must be a finite number >= 0, got {v!r}")
-        if not isinstance(self.serial_join, bool):
-            raise PlanningError(f"CostModel.serial_join must be a bool, got {self.serial_join!r}")
+        for name in ("serial_join", "task_join"):
+            if not isinstance(getattr(self, name), bool):
+                raise PlanningError(f"CostModel.{name} must be a bool, got {getattr(self, name)!r}")
         for name in ("itemsize", "workers"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

@@ -2,7 +2,9 @@
 
 The optimisation is a min-sum problem: one variable per EinSum vertex (its index into ``viable``), a unary
 term per vertex (join + aggregation) and a pairwise term per producer -> consumer edge (repartition).
-Inputs cost nothing in every partitioning (pre-partitioned offline), so they are not variables.
+Inputs are not variables: one declared without a layout costs nothing in every partitioning (the paper's
+inputs, pre-partitioned offline); one stored in a layout of its own (``EinGraph.input(parts=)``) charges each
+consumer the repartition from that layout, a unary term of the consumer.
 
 It is solved by variable elimination with numpy (min over one axis of broadcast sums). On a tree this *is*
 the paper's DP: eliminating a vertex leaves a table over its consumer, M[v, d]. On a DAG it plans shared
@@ -70,11 +72,12 @@ class Plan:
 
     @property
     def repartitions(self) -> list[tuple[Vertex, Vertex, int, tuple[int, ...], tuple[int, ...]]]:
-        """(producer, consumer, operand, from parts, to parts) for every EinSum edge that must be re-split."""
+        """(producer, consumer, operand, from parts, to parts) for every edge that must be re-split: from an
+        EinSum vertex, or from an input stored in a layout of its own (``EinGraph.input(parts=)``)."""
         out = []
         for (v, k), want in self.operand_layouts.items():
             u = v.inputs[k]
-            if u.einsum is not None and self.layouts[u] != want:
+            if (u.einsum is not None or u.layout is not None) and self.layouts[u] != want:
                 out.append((u, v, k, self.layouts[u], want))
         return out
 
@@ -105,12 +108,38 @@ def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np
         per_call = lc["flops"] / np.maximum(lc["calls"], 1)
         split = np.clip(np.floor(per_call / cm.split_flops), 1, cm.workers)
     s_compute = 1.0 / np.minimum(np.maximum(groups, split), cm.workers)
+    ix = _index(e)
+    join = lc["join"]
+    if cm.task_join:
+        tasks = _task_cuts(D, ix.agg, cm.workers)
+        # partial blocks of one output block made by different tasks: one more stage combines them
+        crossing = (tasks[:, list(ix.agg)] > 1).any(axis=1) if ix.agg else np.zeros(len(D), dtype=bool)
+        ext = np.ceil(ix.bounds / D.astype(np.float64)) * (D / tasks)  # a task's extent per label
+        join = tasks.astype(np.float64).prod(axis=1) * sum(ext[:, list(op)].prod(axis=1) for op in ix.ops)
+    else:
+        nagg = D[:, list(ix.agg)].astype(np.float64).prod(axis=1)
+        crossing = (nagg > 1) & (groups < np.minimum(lc["calls"], cm.workers))
     return {
-        "join": lc["join"] * byte * (1.0 if cm.serial_join else s),
-        "agg": lc["agg"] * byte * s,
+        "join": join * byte * (1.0 if cm.serial_join else s),
+        "agg": lc["agg"] * byte * s + crossing * cm.exchange,
         "compute": (cm.per_call * lc["calls"] + cm.per_flop * lc["flops"]) * s_compute,
         "calls": lc["calls"],
     }
+
+
+def _task_cuts(D: np.ndarray, summed: tuple[int, ...], workers: int) -> np.ndarray:
+    """The tasks a cluster's stage runs a row of D's calls as: where there are more calls than ``workers``,
+    neighbouring calls merge (a label's parts halved, rounding up) until at most ``workers`` tasks remain,
+    the summed labels first (their partials then add up inside a task), then the most split label; so the
+    executor's ``_Run.cuts_keeping`` without its memory floor."""
+    tasks = np.array(D, dtype=np.int64)
+    for r in np.flatnonzero(tasks.prod(axis=1) > workers):
+        t = tasks[r]
+        while int(t.prod()) > workers:
+            pool = [c for c in summed if t[c] > 1] or [c for c in range(len(t)) if t[c] > 1]
+            c = max(pool, key=lambda c: (t[c], c))
+            t[c] = -(-t[c] // 2)
+    return tasks
 
 
 def _assemble_vector(e: EinSum, D: np.ndarray, cm: CostModel | None) -> np.ndarray:
@@ -152,15 +181,65 @@ def _edge_terms(
     """Repartition cost (model units) for every (row of Du, row of Dv) on edge u -> operand k of v."""
     F = Du[:, list(_index(eu).out)]
     T = Dv[:, list(_index(ev).ops[k])]
+    return _repart_terms(eu.output_shape, F, T, Dv, cm, exchange=True)
+
+
+def _repart_terms(
+    bound: tuple[int, ...],
+    F: np.ndarray,
+    T: np.ndarray,
+    Dv: np.ndarray,
+    cm: CostModel | None,
+    *,
+    exchange: bool,
+) -> np.ndarray:
+    """Cost (model units) of re-splitting a tensor of shape ``bound`` from each row of F to each row of T,
+    the consumer's rows of its partitionings being Dv: the paper's element count; under a cost model,
+    seconds spread over the consumer's calls (``CostModel.repart_byte`` per byte of the tensor where set),
+    plus ``CostModel.exchange`` per re-split where ``exchange`` (between EinSum vertices: a stage boundary
+    on a cluster; a stored input is re-split inside the tasks that read it)."""
     if len(F) * len(T) <= 64:  # evaluation of one plan: no point deduplicating
-        R = repart_matrix(eu.output_shape, F, T)
+        R = repart_matrix(bound, F, T)
     else:  # many viable vectors share an output/operand split: cost each distinct pair once
         Fu, inv_f = np.unique(F, axis=0, return_inverse=True)
         Tu, inv_t = np.unique(T, axis=0, return_inverse=True)
-        R = repart_matrix(eu.output_shape, Fu, Tu)[inv_f.reshape(-1)][:, inv_t.reshape(-1)]
-    if cm is not None:
-        R = R * (cm.per_byte * cm.itemsize) * _model_scale(cm, Dv.astype(np.float64).prod(axis=1))[None, :]
-    return R
+        R = repart_matrix(bound, Fu, Tu)[inv_f.reshape(-1)][:, inv_t.reshape(-1)]
+    if cm is None:
+        return R
+    moved = R > 0
+    if cm.repart_byte is None:
+        seconds = R * (cm.per_byte * cm.itemsize)
+    else:
+        numel = float(np.prod(np.asarray(bound, dtype=np.float64)))
+        seconds = moved * (numel * cm.itemsize * cm.repart_byte)
+    seconds = seconds * _model_scale(cm, Dv.astype(np.float64).prod(axis=1))[None, :]
+    if exchange and cm.exchange:
+        seconds = seconds + moved * cm.exchange
+    return seconds
+
+
+@lru_cache(maxsize=4096)
+def _input_vector(
+    shape: tuple[int, ...],
+    layout: tuple[int, ...],
+    ev: EinSum,
+    k: int,
+    p: int,
+    cm: CostModel | None,
+    max_block: int | None,
+) -> np.ndarray:
+    """What reading an input stored split ``layout`` as operand k of ``ev`` costs, per row of ev's domain."""
+    Dv = _domain(ev, p, max_block)
+    vec = _input_terms(shape, layout, ev, k, Dv, cm)
+    vec.setflags(write=False)
+    return vec
+
+
+def _input_terms(
+    shape: tuple[int, ...], layout: tuple[int, ...], ev: EinSum, k: int, Dv: np.ndarray, cm: CostModel | None
+) -> np.ndarray:
+    T = Dv[:, list(_index(ev).ops[k])]
+    return _repart_terms(shape, np.array([layout], dtype=np.int64), T, Dv, cm, exchange=False)[0]
 
 
 @lru_cache(maxsize=4096)
@@ -203,6 +282,8 @@ def _build_plan(
             operand_layouts[(v, k)] = tuple(int(d[0, i]) for i in ix.ops[k])
             if u.einsum is not None:
                 repart += float(_edge_terms(u.einsum, e, k, rows[u], d, cm)[0, 0])
+            elif u.layout is not None:
+                repart += float(_input_terms(u.shape, u.layout, e, k, d, cm)[0])
         b = {key: float(t[key][0]) for key in ("join", "agg", "compute", "calls")}
         b["repart"] = repart
         b["total"] = b["join"] + b["agg"] + b["repart"] + b["compute"]
@@ -211,14 +292,14 @@ def _build_plan(
             b["total"] += b["assemble"]
         breakdown[v] = b
         total += b["total"]
-    for v in graph.vertices:  # inputs: the layout their first consumer reads them with
+    for v in graph.vertices:  # inputs: a stored one's own layout, else the one its first consumer reads
         if v.einsum is not None:
             continue
-        layouts[v] = tuple(1 for _ in v.shape)
+        layouts[v] = v.layout or tuple(1 for _ in v.shape)
         partitions[v] = {}
         for c in graph.consumers(v):
             k = c.inputs.index(v)
-            layouts[v] = operand_layouts[(c, k)]
+            layouts[v] = v.layout or operand_layouts[(c, k)]
             partitions[v] = dict(zip(c.einsum.inputs[k], layouts[v], strict=False))
             break
     return Plan(graph, p, strategy, partitions, layouts, operand_layouts, breakdown, total, cm, tuple(notes))
@@ -357,6 +438,12 @@ class _Problem:
             else _local_vector(v.einsum, p, cm, max_block)
             for v, d in zip(self.verts, self.D, strict=True)
         ]
+        for i, v in enumerate(self.verts):  # inputs stored in a layout of their own: a term of the reader
+            for k, u in enumerate(v.inputs):
+                if u.einsum is None and u.layout is not None:
+                    self.unary[i] = self.unary[i] + _input_vector(
+                        u.shape, u.layout, v.einsum, k, p, cm, max_block
+                    )
         self.nudge = [
             _leading_nudge(v.einsum, d, u) if v in outputs else 0.0
             for v, d, u in zip(self.verts, self.D, self.unary, strict=True)

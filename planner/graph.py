@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 
 import opt_einsum
@@ -16,7 +17,9 @@ class Vertex:
     """A handle to one graph vertex. Identity-hashed: two vertices are equal only if they are the same one.
 
     ``inputs`` are the operand vertices in operand order (a vertex may appear twice, e.g. x*x).
-    ``einsum`` is None for graph inputs.
+    ``einsum`` is None for graph inputs. ``layout``: an input's fixed parts per dimension (a stored tensor's
+    blocking), which every consumer reading it split otherwise pays a repartition for; None: the input is
+    free to split (the paper's pre-partitioned inputs).
     """
 
     id: int
@@ -24,6 +27,7 @@ class Vertex:
     shape: tuple[int, ...]
     einsum: EinSum | None = None
     inputs: tuple[Vertex, ...] = ()
+    layout: tuple[int, ...] | None = None
 
     @property
     def is_input(self) -> bool:
@@ -32,6 +36,23 @@ class Vertex:
     def __repr__(self) -> str:
         kind = "input" if self.einsum is None else self.einsum.subscripts
         return f"Vertex({self.id}, {self.name!r}, {self.shape}, {kind})"
+
+
+def _layout(name: str, shape: tuple[int, ...], parts: object) -> tuple[int, ...]:
+    """``parts`` checked against ``shape``: one int in 1..n per dimension."""
+    try:
+        vals = tuple(parts)  # type: ignore[arg-type]
+    except TypeError:
+        raise PlanningError(f"input {name!r}: parts must be a sequence of ints, got {parts!r}") from None
+    if len(vals) != len(shape):
+        raise PlanningError(f"input {name!r}: parts {vals} has {len(vals)} entries for shape {shape}")
+    out = []
+    for d, (v, n) in enumerate(zip(vals, shape, strict=True)):
+        ok = not isinstance(v, bool) and hasattr(v, "__index__") and 1 <= operator.index(v) <= n
+        if not ok:
+            raise PlanningError(f"input {name!r}: parts[{d}]={v!r} must be an int in 1..{n}")
+        out.append(operator.index(v))
+    return tuple(out)
 
 
 class EinGraph:
@@ -53,7 +74,14 @@ class EinGraph:
             name = f"v{vid}_{k}"
         return name
 
-    def _add(self, name: str | None, shape: tuple[int, ...], einsum: EinSum | None, inputs: tuple) -> Vertex:
+    def _add(
+        self,
+        name: str | None,
+        shape: tuple[int, ...],
+        einsum: EinSum | None,
+        inputs: tuple,
+        layout: tuple[int, ...] | None = None,
+    ) -> Vertex:
         # Caller-given names must be unique among caller-given names. A made-up name never takes a name in use
         # when it is made, and never stops the caller from using a name later: it is a label for display, not
         # a reservation (vertices are identified by their handles, never looked up by name).
@@ -63,7 +91,7 @@ class EinGraph:
             name = self._fresh_name(vid)
         elif name in self._names:
             raise PlanningError(f"vertex name {name!r} is already used")
-        v = Vertex(vid, name, shape, einsum, inputs)
+        v = Vertex(vid, name, shape, einsum, inputs, layout)
         (self._auto_names if auto else self._names).add(name)
         self._vertices.append(v)
         self._consumers[v] = []
@@ -77,11 +105,17 @@ class EinGraph:
             raise PlanningError(f"{v!r} is not a vertex of this graph")
         return v
 
-    def input(self, name: str, shape: tuple[int, ...]) -> Vertex:
-        """Declare an input tensor (pre-partitioned offline: the planner charges it nothing)."""
+    def input(self, name: str, shape: tuple[int, ...], parts: tuple[int, ...] | None = None) -> Vertex:
+        """Declare an input tensor. Without ``parts`` it is pre-partitioned offline in whatever layout its
+        consumers read (the paper: the planner charges it nothing); with ``parts`` (per dimension) it is
+        stored split so, and a consumer reading it split otherwise is charged the repartition."""
         from .einsum import _shape
 
-        return self._add(name, _shape(shape, f"input {name!r}"), None, ())
+        shape = _shape(shape, f"input {name!r}")
+        layout = None
+        if parts is not None:
+            layout = _layout(name, shape, parts)
+        return self._add(name, shape, None, (), layout)
 
     def einsum(
         self,

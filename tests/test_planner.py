@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -297,6 +298,93 @@ def test_plan_reports_repartitions():
         assert src == plan.layouts[u] and dst == plan.operand_layouts[(v, k)] and src != dst
     moved = sum(planner.repart_cost(u.shape, s, d) for u, _, _, s, d in plan.repartitions)
     assert moved == pytest.approx(sum(b["repart"] for b in plan.breakdown.values()))
+
+
+# ---- inputs stored in a layout of their own --------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("shape", "parts", "match"),
+    [
+        ((8, 8), (2,), "has 1 entries for shape"),
+        ((8, 8), (0, 1), r"parts\[0\]=0 must be an int in 1..8"),
+        ((8, 4), (1, 5), r"parts\[1\]=5 must be an int in 1..4"),
+        ((8, 8), (True, 1), r"parts\[0\]=True"),
+        ((8, 8), (2.0, 1), r"parts\[0\]=2.0"),
+        ((8, 8), 2, "must be a sequence of ints"),
+    ],
+)
+def test_stored_input_layout_errors(shape, parts, match):
+    with pytest.raises(PlanningError, match=match):
+        EinGraph().input("A", shape, parts)
+
+
+def test_a_stored_inputs_re_split_is_charged_to_its_reader():
+    """A stored (4, 1) and read as (1, 4) by a model-parallel matmul: the plan's repart term is the
+    paper's cost of that re-split, the input keeps its own layout, and the edge is a repartition."""
+    g = EinGraph()
+    a, b = g.input("A", (8, 8), parts=(4, 1)), g.input("B", (8, 8))
+    z = g.einsum("ij,jk->ik", a, b)
+    plan = planner.evaluate(g, {z: {"i": 1, "j": 4, "k": 1}})
+    assert plan.layouts[a] == (4, 1) and plan.operand_layouts[(z, 0)] == (1, 4)
+    assert plan.breakdown[z]["repart"] == planner.repart_cost((8, 8), (4, 1), (1, 4))
+    assert [(u, src, dst) for u, _, _, src, dst in plan.repartitions] == [(a, (4, 1), (1, 4))]
+    # read as stored: nothing to re-split, and EinDecomp finds a plan that reads it so
+    same = planner.evaluate(g, {z: {"i": 4, "j": 1, "k": 1}})
+    assert same.breakdown[z]["repart"] == 0 and not same.repartitions
+    best = planner.decompose(g, 4)
+    assert best.operand_layouts[(z, 0)] == (4, 1) and best.cost == pytest.approx(same.cost)
+    # a free input (no layout) costs nothing in any split, as in the paper
+    free = EinGraph()
+    fa, fb = free.input("A", (8, 8)), free.input("B", (8, 8))
+    fz = free.einsum("ij,jk->ik", fa, fb)
+    assert planner.evaluate(free, {fz: {"i": 1, "j": 4, "k": 1}}).breakdown[fz]["repart"] == 0
+
+
+def test_engine_re_split_terms():
+    """``repart_byte``: a re-split costs the tensor's bytes once (spread over the reader's calls), not the
+    paper's count; ``exchange``: each re-split between EinSums, and each aggregation whose partials come
+    from different calls, costs that much more (a cluster's stage boundary); a stored input's re-split
+    happens inside the tasks that read it and pays none."""
+    g = EinGraph()
+    a, b = g.input("A", (8, 8), parts=(4, 1)), g.input("B", (8, 8))
+    u = g.einsum("ij,jk->ik", a, b)
+    z = g.einsum("ij,jk->ik", u, b)
+    cm = CostModel(per_call=0.0, per_byte=1.0, per_flop=0.0, itemsize=4, workers=2, join_byte=0.0)
+    fine = dataclasses.replace(cm, repart_byte=0.5, exchange=7.0)
+    parts = {u: {"i": 1, "j": 4, "k": 1}, z: {"i": 4, "j": 1, "k": 1}}
+    paper = planner.evaluate(g, parts, cm)
+    engine = planner.evaluate(g, parts, fine)
+    # A (4,1) -> (1,4): paper elements at per_byte, over min(4 calls, 2 workers)
+    assert paper.breakdown[u]["repart"] == pytest.approx(planner.repart_cost((8, 8), (4, 1), (1, 4)) * 4 / 2)
+    assert engine.breakdown[u]["repart"] == pytest.approx(64 * 4 * 0.5 / 2)
+    # u is made as (1, 1) blocks and read as (4, 1): a re-split between EinSums, plus the exchange
+    assert engine.breakdown[z]["repart"] == pytest.approx(64 * 4 * 0.5 / 2 + 7.0)
+    # u sums j over 4 calls: partial blocks from different calls, one exchange more
+    assert engine.breakdown[u]["agg"] == pytest.approx(paper.breakdown[u]["agg"] + 7.0)
+    with pytest.raises(PlanningError, match="repart_byte"):
+        CostModel(repart_byte=-1.0)
+    with pytest.raises(PlanningError, match="exchange"):
+        CostModel(exchange=math.inf)
+
+
+def test_task_join_counts_the_blocks_each_merged_task_reads():
+    """``task_join``: 8 calls of an 8 x 8 matmul on 2 workers merge into 2 tasks (the summed j first, then
+    k), each reading its rows of A and all of B once: 2 x (4 x 8 + 8 x 8) elements, not 8 x (16 + 16); its
+    sum stays inside each task, so no exchange. Split over 2 calls by j, the partials come from 2 tasks and
+    one more stage combines them."""
+    g = EinGraph()
+    a, b = g.input("A", (8, 8)), g.input("B", (8, 8))
+    z = g.einsum("ij,jk->ik", a, b)
+    cm = CostModel(per_call=0, per_byte=1, per_flop=0, itemsize=1, workers=2, join_byte=1, serial_join=True)
+    merged = dataclasses.replace(cm, task_join=True, exchange=100.0)
+    eight = {z: {"i": 2, "j": 2, "k": 2}}
+    assert planner.evaluate(g, eight, cm).breakdown[z]["join"] == pytest.approx(8 * (16 + 16))
+    tasks = planner.evaluate(g, eight, merged).breakdown[z]
+    assert tasks["join"] == pytest.approx(2 * (4 * 8 + 8 * 8))
+    assert tasks["agg"] == planner.evaluate(g, eight, cm).breakdown[z]["agg"]  # no exchange
+    by_j = planner.evaluate(g, {z: {"i": 1, "j": 2, "k": 1}}, merged).breakdown[z]
+    assert by_j["agg"] == pytest.approx(planner.evaluate(g, {z: (1, 2, 1)}, cm).breakdown[z]["agg"] + 100.0)
+    with pytest.raises(PlanningError, match="task_join"):
+        CostModel(task_join=1)
 
 
 # ---- cost model and choose_p ----------------------------------------------------------------------------

@@ -22,6 +22,12 @@ def brute_force(g: EinGraph, p: int) -> float:
         [planner.join_cost(v.einsum, d) + planner.agg_cost(v.einsum, d) for d in ch]
         for v, ch in zip(verts, choices, strict=False)
     ]
+    for i, v in enumerate(verts):  # inputs stored in a layout of their own: their reader pays the re-split
+        for k, u in enumerate(v.inputs):
+            if u.einsum is None and u.layout is not None:
+                for x, d in enumerate(choices[i]):
+                    want = tuple(d[lab] for lab in v.einsum.inputs[k])
+                    local[i][x] += planner.repart_cost(u.shape, u.layout, want)
     edges = []
     for v in verts:
         for k, u in enumerate(v.inputs):
@@ -80,6 +86,52 @@ def test_dp_equals_brute_force_on_small_chains():
     for kind, s, p in [("square", 12, 4), ("skewed", 20, 4), ("skewed", 30, 8), ("square", 10, 6)]:
         g = matrix_chain(kind, s)
         assert close(planner.decompose(g, p).cost, brute_force(g, p)), (kind, s, p)
+
+
+@st.composite
+def stored_trees(draw):
+    """``matmul_trees`` whose inputs are stored in random layouts (or left free to split)."""
+    g = draw(matmul_trees())
+    out = EinGraph()
+    made = {}
+    for v in g.vertices:
+        if v.einsum is None:
+            parts = draw(st.one_of(st.none(), st.tuples(*(st.integers(1, n) for n in v.shape))))
+            made[v] = out.input(v.name, v.shape, parts)
+        else:
+            made[v] = out.einsum(v.einsum.subscripts, *(made[u] for u in v.inputs), join=v.einsum.join)
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(stored_trees(), st.sampled_from([1, 2, 3, 4, 6]))
+def test_dp_equals_brute_force_over_stored_layouts(g, p):
+    assert close(planner.decompose(g, p).cost, brute_force(g, p))
+
+
+def brute_force_seconds(g: EinGraph, p: int, cm: planner.CostModel) -> float:
+    """The least ``planner.evaluate`` cost over every assignment of viable partitionings."""
+    verts = [v for v in g.vertices if v.einsum is not None]
+    choices = [planner.viable(v.einsum, planner.effective_p(v.einsum, p)) for v in verts]
+    return min(
+        planner.evaluate(g, dict(zip(verts, combo, strict=True)), cm).cost
+        for combo in itertools.product(*choices)
+    )
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    stored_trees(),
+    st.sampled_from([2, 4]),
+    st.sampled_from([None, 2e-9]),
+    st.sampled_from([0.0, 1e-5]),
+    st.booleans(),
+)
+def test_dp_equals_brute_force_in_seconds_with_engine_terms(g, p, repart_byte, exchange, task_join):
+    cm = planner.CostModel(
+        workers=2, join_byte=1e-9, repart_byte=repart_byte, exchange=exchange, task_join=task_join
+    )
+    assert close(planner.decompose(g, p, cost_model=cm).cost, brute_force_seconds(g, p, cm))
 
 
 # ---- DAGs ----------------------------------------------------------------------------------------------

@@ -31,7 +31,11 @@ class EngineProfile:
     fusing it saves); pin_pairs: joins of fewer block pairs pin their left side's block shapes (a DuckDB
     join-buffer workaround); side_joins: whether one-block sides may be paired by position;
     max_block_bytes: no block a plan makes (input as read, intermediate, output) may be larger (a session's
-    setting: ``connect(max_block_bytes=...)``).
+    setting: ``connect(max_block_bytes=...)``); repart_byte: seconds per byte of a tensor the engine re-splits
+    (None: the planner's own pricing, ``planner.CostModel.repart_byte``); exchange: seconds a re-split
+    between two steps costs beyond its bytes (a cluster's stage boundary; ``planner.CostModel.exchange``);
+    task_join: calls beyond the engine's threads merge into a task per thread that reads each of its blocks
+    once (a cluster's stage; ``planner.CostModel.task_join``).
     """
 
     join_byte: float
@@ -40,6 +44,9 @@ class EngineProfile:
     pin_pairs: int = 0
     side_joins: bool = False
     max_block_bytes: int = MAX_BLOCK_BYTES
+    repart_byte: float | None = None
+    exchange: float = 0.0
+    task_join: bool = False
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
 """Choosing every tensor's blocking: the expression graph -> planner.EinGraph -> EinDecomp -> block sizes.
 
-The planner prices inputs as free to split. That holds for array operands (``E.Operand``: the executor
-uploads them in the blocking the plan reads them with) but not for stored relations, whose re-split is real
-work; so for stored inputs the EinDecomp plan competes with keeping the operands' own blocking, each charged
-its input repartitions. Engine terms (what a join or a query step costs on this engine) come from the
-executor's ``EngineProfile``, and so does the cap on block bytes: EinDecomp chooses among partitionings whose
-blocks fit it, and ``fit_blocks`` holds every strategy's blocks (explicit ``blocks=`` included) to it.
+Array operands (``E.Operand``) are free to split: the executor uploads them in the blocking the plan reads
+them with. Stored relations are not: the planner gets their blocking (``EinGraph.input(parts=)``) and
+charges every read of one in another blocking, so EinDecomp plans over them as they are stored; the plan
+still competes with keeping the operands' own blocking (which may make another number of calls than p).
+Engine terms (what a join, a re-split or a query step costs on this engine) come from the executor's
+``EngineProfile``, and so does the cap on block bytes: EinDecomp chooses among partitionings whose blocks
+fit it, and ``fit_blocks`` holds every strategy's blocks (explicit ``blocks=`` included) to it.
 """
 
 from __future__ import annotations
@@ -83,6 +84,13 @@ def load_cost_model(workers: int, engine: EngineProfile | None = None) -> P.Cost
             assemble_byte=engine.join_byte,
             split_flops=engine.split_flops,
         )
+    if engine is not None:  # the executor's own re-split terms (a cluster's), unless the file sets them
+        if cm.repart_byte is None and engine.repart_byte is not None:
+            cm = dataclasses.replace(cm, repart_byte=engine.repart_byte)
+        if not cm.exchange and engine.exchange:
+            cm = dataclasses.replace(cm, exchange=engine.exchange)
+        if engine.task_join:
+            cm = dataclasses.replace(cm, task_join=True)
     return dataclasses.replace(cm, workers=max(1, workers))
 
 
@@ -97,8 +105,14 @@ class _Graph:
         for node in E.topological(root):
             if any(n == 0 for n in node.shape):
                 raise PlanError("zero-size dimension: nothing to plan")
-            if isinstance(node, E.Source | E.Reblock | E.Operand | E.Slice):
-                # a slice is an input to the planner: it keeps its input's blocking (``slice_blocks``)
+            if isinstance(node, E.Source | E.Reblock):
+                # a stored relation (or an explicit reblock) has a blocking of its own: the planner charges
+                # every read of it split otherwise (the DP plans over it, not as if it were free to split)
+                parts = self.parts_of(node, node.block_shape)
+                v = self.g.input(f"n{len(self.vertex)}", node.shape, parts)
+            elif isinstance(node, E.Operand | E.Slice):
+                # an array operand is uploaded in the blocking its reader wants; a slice keeps its input's
+                # blocking (``slice_blocks``), which its reader reads in any blocking (``lower._reblock``)
                 v = self.g.input(f"n{len(self.vertex)}", node.shape)
             elif isinstance(node, E.EinSum):
                 labels = list(dict.fromkeys(x for t in node.in_labels for x in t))
@@ -170,20 +184,6 @@ class _Graph:
                 parts = self.parts_of(node, part.block_shapes[node])
                 out[v] = dict(zip(_LETTERS, parts, strict=False))
         return out
-
-    def input_repart(self, plan: P.Plan, stored: set[E.Node]) -> float:
-        """What re-splitting the stored inputs into the layouts ``plan`` reads them with costs."""
-        total = 0.0
-        for (v, k), want in plan.operand_layouts.items():
-            u = v.inputs[k]
-            node = self.node_of[u]
-            if u.einsum is None and node in stored:
-                have = self.parts_of(node, node.block_shape)  # type: ignore[attr-defined]
-                elements = P.repart_cost(node.shape, have, want)
-                if plan.cost_model is not None:
-                    elements = plan.cost_model.seconds(0, elements, 0)
-                total += elements
-        return total
 
     def wanted_inputs(self, plan: P.Plan) -> dict[E.Node, tuple[int, ...]]:
         """Block shape each input leaf is read with (by its first consumer)."""
@@ -297,21 +297,20 @@ def _plan_blocks(
             for base in ("sqrt", "data", "model")
         }
         if stored:
-            # the operands' own blocking, when re-splitting stored inputs costs more than it saves
+            # the operands' own blocking, which may make more (or fewer) calls than p: the plan at p charged
+            # its stored inputs' repartitions already, and so does this one
             own = fit_blocks(root, default_partitioning(root), cap)
             own_plan = P.evaluate(graph.g, graph.as_partitions(own), cm, p=p, strategy="operands")
-            own_cost = own_plan.cost + graph.input_repart(own_plan, stored)
-            mine = plan.cost + graph.input_repart(plan, stored)
-            info.baselines["operands"] = own_cost
-            if own_cost < mine:
+            info.baselines["operands"] = own_plan.cost
+            if own_plan.cost < plan.cost:
                 info = PlanInfo(
                     "operands",
                     p,
                     baselines=info.baselines,
                     more_baselines=info.more_baselines,
                     notes=[
-                        f"kept the operands' blocking: {own_cost:.3g} < eindecomp {mine:.3g} "
-                        "with the stored inputs' repartitions"
+                        f"kept the operands' blocking: {own_plan.cost:.3g} < eindecomp {plan.cost:.3g}, "
+                        "each with its stored inputs' repartitions"
                     ],
                 )
                 _record(info, graph, own_plan)

@@ -61,6 +61,15 @@ from tensorsql.backends.dask import worker as worker_side  # noqa: E402
 _ids = itertools.count()
 #: seconds per byte a block moving between workers costs (Arrow over TCP between local processes: ~1 GB/s)
 NET_BYTE = 1e-9
+#: seconds per byte of a stored tensor that a plan reads re-split: its partitions come from the workers that
+#: hold them (``NET_BYTE``; Dask keeps the replica for the next run) and each task reading a block of the new
+#: split assembles it (``tensor_slice`` / ``tensor_assemble``: 0.4-1.4 ns per byte on the project's VM)
+REPART_BYTE = 2e-9
+#: seconds a stage boundary costs beyond its bytes (a re-split between two steps, partial blocks combined):
+#: the last task of the stage reported to the scheduler, the next stage's tasks sent and started (4-7 ms on
+#: the project's 2-core VM), and those tasks, whose inputs are new on every run, registering them and
+#: planning their SQL afresh (~5 ms): a square chain (1024^2) of two stages took 0.079 s, of one 0.056 s
+EXCHANGE = 1.2e-2
 #: seconds a run waits for a cluster without workers to get one
 WORKER_WAIT = 30
 #: the least ``worker_memory_limit`` a LocalCluster's worker may have
@@ -384,8 +393,18 @@ class DaskExecutor:
         self.kernel_set = self.local.kernel_set
         #: the planner's terms: a kernel call runs on one worker, so it never spreads itself over the cluster
         #: (no ``split_flops``): only more blocks use more workers; blocks between workers move over the
-        #: network, slower than memory (``NET_BYTE``)
-        self.profile = dataclasses.replace(self.local.profile, split_flops=0.0, join_byte=NET_BYTE)
+        #: network, slower than memory (``NET_BYTE``); a stage's calls merge into a task per thread, which
+        #: reads each of its blocks once (``task_join``); a stored tensor read re-split is fetched and
+        #: assembled in the tasks (``REPART_BYTE``); a re-split between steps is a stage boundary
+        #: (``EXCHANGE``)
+        self.profile = dataclasses.replace(
+            self.local.profile,
+            split_flops=0.0,
+            join_byte=NET_BYTE,
+            task_join=True,
+            repart_byte=REPART_BYTE,
+            exchange=EXCHANGE,
+        )
         self.closed = False
         self._rels: dict[str, DistRel] = {}
         self._budget: int | None = None
@@ -524,9 +543,14 @@ class DaskExecutor:
         self, shape: tuple[int, ...], block_shape: tuple[int, ...], itemsize: int
     ) -> tuple[int, ...]:
         """``from_numpy``'s and ``from_sql``'s default blocking on a cluster: the largest dimension's blocks
-        halved until there is a block for every worker (a one-block relation would sit on one worker, and so
-        would every plan that keeps its blocking)."""
-        want = len(self._workers())
+        halved until there are ``workers`` blocks per worker (a vector: one), so square blocks of a matrix
+        split each of its dimensions about ``workers`` ways. A one-block relation would sit on one worker,
+        and so would every plan that keeps its blocking; a matrix in row strips is cut the wrong way for
+        every product that splits its columns, which must then re-split it (slice and re-assemble every
+        block, in every run: 1.8x the one-process time of the paper's square chain at 1024^2, against 1.3x
+        over square blocks, where every product keeps them)."""
+        workers = len(self._workers())
+        want = workers ** min(len(shape), 2)
         bs = list(block_shape)
         while shape and math.prod(-(-n // b) for n, b in zip(shape, bs, strict=True) if n) < want:
             d = max(range(len(shape)), key=lambda i: bs[i])
