@@ -572,8 +572,8 @@ def _check_strategy(strategy: object) -> None:
     if strategy == OPERANDS:
         raise PlanningError(
             f"strategy {OPERANDS!r} is tensorsql's keep-the-operands'-blocking strategy, not a planner "
-            "strategy: the planner does not know the operands' blocking (planner.evaluate costs a given "
-            f"blocking); planner strategies: {', '.join(PLANNER_STRATEGIES)}"
+            "strategy: every step's blocking follows tensorsql's propagation of its operands' (planner.evaluate "
+            f"costs a given blocking); planner strategies: {', '.join(PLANNER_STRATEGIES)}"
         )
     if not isinstance(strategy, str) or strategy not in PLANNER_STRATEGIES:
         raise PlanningError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLANNER_STRATEGIES)}")

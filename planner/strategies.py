@@ -7,10 +7,11 @@ Two kinds:
 
 - **planner strategies** (``PLANNER_STRATEGIES``): ``planner.decompose`` computes a partitioning for them;
 - **"operands"** (``OPERANDS``): tensorsql's keep-the-operands'-blocking strategy. Every tensor keeps the
-  blocking its operands already have, so there is nothing to search: the planner does not know how stored
-  relations are blocked (it prices inputs as free to split). ``planner.decompose`` rejects it with a
-  ``PlanningError`` that says so; to cost a given blocking use ``planner.evaluate``, which is what tensorsql
-  does with the operands' blocking.
+  blocking its operands already have, so there is nothing to search, and every step's blocking follows
+  from tensorsql's own propagation of its operands' (the planner knows a stored input's layout, when it is
+  given one, only to charge its re-splits). ``planner.decompose`` rejects it with a ``PlanningError`` that
+  says so; to cost a given blocking use ``planner.evaluate``, which is what tensorsql does with the
+  operands' blocking.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cluster executor (issue 14, in progress): einsums run as stages of SQL on every worker of a 2-worker
+"""The cluster executor (issue 14): einsums run as stages of SQL on every worker of a 2-worker
 LocalCluster, against numpy; relations made, materialized, saved and reopened; typed errors for bad cluster
 arguments. One cluster for the whole module."""
 
@@ -972,10 +972,14 @@ def test_partial_blocks_are_combined_where_one_of_them_is(cs):
     assert combine.moved <= combine.fed * 3 / 4 + 64
 
 
-def test_a_two_layer_ffnn_forward_pass_on_three_workers_with_each_strategy():
+def test_a_two_layer_ffnn_forward_pass_and_the_papers_chains_on_three_workers_with_each_strategy():
     rng = np.random.default_rng(7)
     x, w1, w2 = rng.standard_normal((96, 64)), rng.standard_normal((64, 80)), rng.standard_normal((80, 10))
     want = np.maximum(x @ w1, 0) @ w2
+    chains = {
+        "square": [rng.standard_normal((90, 90)) for _ in range(5)],
+        "skewed": [rng.standard_normal(sh) for sh in [(90, 9), (9, 90), (90, 9), (9, 900), (900, 90)]],
+    }
     with ts.connect(workers=3) as s:
         assert len(s.client.scheduler_info()["workers"]) == 3
         X = s.from_numpy(x, block_shape=(32, 32))
@@ -983,6 +987,16 @@ def test_a_two_layer_ffnn_forward_pass_on_three_workers_with_each_strategy():
             hidden = s.map(s.einsum("ij,jk->ik", X, w1, strategy=strategy), "relu")
             got = s.einsum("ik,kl->il", hidden, w2, strategy=strategy).numpy()
             np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-10 * np.abs(want).max())
+        for arrays in chains.values():  # stored in the cluster's blocking (a 9-block square grid), and not
+            a, b, c, d, e = arrays
+            ref, scale = a @ b + c @ (d @ e), np.abs(c @ d @ e).max()
+            for ops in (arrays, [s.from_numpy(o) for o in arrays]):
+                A, B, C, D, E = ops
+                for strategy in ("eindecomp", "sqrt", "data", "model"):
+                    ab = s.einsum("ij,jk->ik", A, B, strategy=strategy)
+                    cde = s.einsum("ij,jk->ik", C, s.einsum("ij,jk->ik", D, E, strategy=strategy))
+                    rel = s.einsum("ik,ik->ik", ab, cde, join="add", strategy=strategy)
+                    np.testing.assert_allclose(rel.numpy(), ref, rtol=1e-9, atol=1e-9 * scale)
 
 
 def test_from_numpy_spreads_a_small_array_over_the_workers(cs):

@@ -1,4 +1,4 @@
-"""The cluster executor's worker side (issue 14, in progress): every Dask worker gets its own DuckDB
+"""The cluster executor's worker side (issue 14): every Dask worker gets its own DuckDB
 executor with the kernels, sized from the worker's own threads and memory limit, also a worker that joins
 later; a task on a worker without it gets a typed error."""
 
