@@ -47,9 +47,10 @@ __all__ = ["Plan", "choose_p", "decompose", "evaluate"]
 class Plan:
     """A partitioning per vertex with its modelled cost.
 
-    ``partitions``: EinSum vertex -> {label: parts}; an input vertex gets the split its first consumer
-    reads it with, keyed by that consumer's labels. ``layouts``: vertex -> parts per dimension of the
-    vertex's tensor. ``operand_layouts``: (consumer, operand index) -> parts the consumer reads that
+    ``partitions``: EinSum vertex -> {label: parts}; an input vertex gets its layout (a stored input's own,
+    ``EinGraph.input(parts=)``; else the split its first consumer reads it with), keyed by that consumer's
+    labels (a repeated label: its last dimension's parts). ``layouts``: vertex -> parts per dimension of
+    the vertex's tensor. ``operand_layouts``: (consumer, operand index) -> parts the consumer reads that
     operand with (differs from the producer's layout where a repartition happens). ``breakdown``: EinSum
     vertex -> {join, agg, repart, compute, total, calls}; units are elements moved when ``cost_model`` is
     None (compute is then 0), else seconds.
@@ -110,15 +111,14 @@ def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np
     s_compute = 1.0 / np.minimum(np.maximum(groups, split), cm.workers)
     ix = _index(e)
     join = lc["join"]
-    if cm.task_join:
+    crossing = np.zeros(len(D), dtype=bool)
+    if cm.task_join or cm.exchange:
         tasks = _task_cuts(D, ix.agg, cm.workers)
-        # partial blocks of one output block made by different tasks: one more stage combines them
-        crossing = (tasks[:, list(ix.agg)] > 1).any(axis=1) if ix.agg else np.zeros(len(D), dtype=bool)
-        ext = np.ceil(ix.bounds / D.astype(np.float64)) * (D / tasks)  # a task's extent per label
-        join = tasks.astype(np.float64).prod(axis=1) * sum(ext[:, list(op)].prod(axis=1) for op in ix.ops)
-    else:
-        nagg = D[:, list(ix.agg)].astype(np.float64).prod(axis=1)
-        crossing = (nagg > 1) & (groups < np.minimum(lc["calls"], cm.workers))
+        if ix.agg:  # partial blocks of one output block made by different tasks: a stage combines them
+            crossing = (tasks[:, list(ix.agg)] > 1).any(axis=1)
+        if cm.task_join:
+            ext = np.ceil(ix.bounds / D.astype(np.float64)) * (D / tasks)  # a task's extent per label
+            join = tasks.astype(np.float64).prod(axis=1) * sum(ext[:, list(op)].prod(axis=1) for op in ix.ops)
     return {
         "join": join * byte * (1.0 if cm.serial_join else s),
         "agg": lc["agg"] * byte * s + crossing * cm.exchange,
@@ -128,18 +128,28 @@ def _local_terms(e: EinSum, D: np.ndarray, cm: CostModel | None) -> dict[str, np
 
 
 def _task_cuts(D: np.ndarray, summed: tuple[int, ...], workers: int) -> np.ndarray:
-    """The tasks a cluster's stage runs a row of D's calls as: where there are more calls than ``workers``,
-    neighbouring calls merge (a label's parts halved, rounding up) until at most ``workers`` tasks remain,
-    the summed labels first (their partials then add up inside a task), then the most split label; so the
-    executor's ``_Run.cuts_keeping`` without its memory floor."""
+    """The tasks a cluster's stage runs each row of D's calls as: where there are more calls than
+    ``workers``, neighbouring calls merge (a label's parts halved, rounding up) until at most ``workers``
+    tasks remain, the summed labels first (their partials then add up inside a task), then the most split
+    label; so the executor's ``_Run.cuts_keeping`` without its memory floor (ties go to the later label
+    here, to the larger key name there). All rows at once, one halving per round."""
     tasks = np.array(D, dtype=np.int64)
-    for r in np.flatnonzero(tasks.prod(axis=1) > workers):
-        t = tasks[r]
-        while int(t.prod()) > workers:
-            pool = [c for c in summed if t[c] > 1] or [c for c in range(len(t)) if t[c] > 1]
-            c = max(pool, key=lambda c: (t[c], c))
-            t[c] = -(-t[c] // 2)
-    return tasks
+    L = tasks.shape[1] if tasks.ndim == 2 else 0
+    is_summed = np.zeros(L, dtype=bool)
+    is_summed[list(summed)] = True
+    order = np.arange(L)[None, :]
+    while True:
+        rows = np.flatnonzero(tasks.astype(np.float64).prod(axis=1) > workers)
+        if not len(rows):
+            return tasks
+        sub = tasks[rows]
+        splittable = sub > 1
+        first = splittable & is_summed[None, :]
+        pool = np.where(first.any(axis=1)[:, None], first, splittable)
+        pick = np.where(pool, sub * (L + 1) + order, -1).argmax(axis=1)
+        at = np.arange(len(rows))
+        sub[at, pick] = -(-sub[at, pick] // 2)
+        tasks[rows] = sub
 
 
 def _assemble_vector(e: EinSum, D: np.ndarray, cm: CostModel | None) -> np.ndarray:
@@ -572,8 +582,8 @@ def _check_strategy(strategy: object) -> None:
     if strategy == OPERANDS:
         raise PlanningError(
             f"strategy {OPERANDS!r} is tensorsql's keep-the-operands'-blocking strategy, not a planner "
-            "strategy: every step's blocking follows tensorsql's propagation of its operands' (planner.evaluate "
-            f"costs a given blocking); planner strategies: {', '.join(PLANNER_STRATEGIES)}"
+            "strategy: every step's blocking follows tensorsql's propagation of its operands' "
+            f"(planner.evaluate costs a given blocking); planner strategies: {', '.join(PLANNER_STRATEGIES)}"
         )
     if not isinstance(strategy, str) or strategy not in PLANNER_STRATEGIES:
         raise PlanningError(f"unknown strategy {strategy!r}; choose one of {', '.join(PLANNER_STRATEGIES)}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 
 import opt_einsum
@@ -39,19 +40,21 @@ class Vertex:
 
 
 def _layout(name: str, shape: tuple[int, ...], parts: object) -> tuple[int, ...]:
-    """``parts`` checked against ``shape``: one int in 1..n per dimension."""
-    try:
-        vals = tuple(parts)  # type: ignore[arg-type]
-    except TypeError:
-        raise PlanningError(f"input {name!r}: parts must be a sequence of ints, got {parts!r}") from None
+    """``parts`` checked against ``shape``: an ordered sequence of one int in 1..n per dimension."""
+    if isinstance(parts, str | bytes | bytearray | Mapping | Set) or not isinstance(parts, Iterable):
+        raise PlanningError(f"input {name!r}: parts must be a sequence of ints, got {parts!r}")
+    vals = tuple(parts)
     if len(vals) != len(shape):
         raise PlanningError(f"input {name!r}: parts {vals} has {len(vals)} entries for shape {shape}")
     out = []
     for d, (v, n) in enumerate(zip(vals, shape, strict=True)):
-        ok = not isinstance(v, bool) and hasattr(v, "__index__") and 1 <= operator.index(v) <= n
-        if not ok:
+        try:
+            k = None if isinstance(v, bool) else operator.index(v)
+        except TypeError:
+            k = None
+        if k is None or not 1 <= k <= n:
             raise PlanningError(f"input {name!r}: parts[{d}]={v!r} must be an int in 1..{n}")
-        out.append(operator.index(v))
+        out.append(k)
     return tuple(out)
 
 

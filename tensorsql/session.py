@@ -404,7 +404,7 @@ class Session:
         what: str,
     ) -> tuple[int, ...]:
         """A new stored relation's block shape: the one given, else the executor's own default (a cluster
-        wants a block for every worker, a GPU few large ones), else the CPU's."""
+        wants square blocks, a block per worker or more, a GPU few large ones), else the CPU's."""
         bs = resolve_block_shape(shape, block_shape, blocks, what)
         if block_shape is not None or blocks is not None:
             return bs

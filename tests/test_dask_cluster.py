@@ -296,9 +296,9 @@ def test_a_runs_stages_reach_the_scheduler_as_one_graph_and_run_where_placed(cs,
 
 
 def _stored_chain(cs, n: int, seed: int, rows: bool = True):
-    """(A x B) + (C x (D x E)) over stored n x n operands (row halves, as the cluster stores them): the
-    relation, numpy's answer and its scale. ``rows``: every product split by rows as the operands are (so
-    C x DE reads D x E whole); else as the planner chooses."""
+    """(A x B) + (C x (D x E)) over stored n x n operands (in the cluster's default blocking): the relation,
+    numpy's answer and its scale. ``rows``: every product split by rows in two (so C x DE reads D x E
+    whole); else as the planner chooses."""
     rng = np.random.default_rng(seed)
     a, b, c, d, e = (rng.standard_normal((n, n)) for _ in range(5))
     A, B, C, D, E = (cs.from_numpy(x) for x in (a, b, c, d, e))
@@ -530,7 +530,7 @@ def test_the_planner_cuts_a_sum_over_the_workers_where_it_pays_a_stage(cs, n, st
     assert sum(cs.executor.last_run[0].parts.values()) == (2 if stages == 2 else 1)
 
 
-@pytest.mark.parametrize("n", [96, 256])
+@pytest.mark.parametrize("n", [256, 384])
 def test_eindecomp_keeps_a_stored_square_blocking_in_one_stage(cs, n):
     """The paper's square chain over relations stored in the cluster's default blocking (square blocks, a
     dimension cut as many ways as there are workers): every product keeps its operands' blocks (more
@@ -1002,11 +1002,16 @@ def test_a_two_layer_ffnn_forward_pass_and_the_papers_chains_on_three_workers_wi
 def test_from_numpy_spreads_a_small_array_over_the_workers(cs):
     x = np.arange(48.0).reshape(6, 8)
     rel = cs.from_numpy(x)  # one block by default in one process
-    assert rel.block_shape == (3, 4)  # a block per worker per worker: each dimension cut 2 ways
+    assert rel.block_shape == (6, 4)  # a block per worker; smaller ones would not be worth a kernel call
     np.testing.assert_array_equal(rel.numpy(), x)
     assert cs.from_numpy(np.arange(10.0)).block_shape == (5,)  # a vector: a block per worker
-    tall = cs.from_numpy(np.zeros((64, 3)))  # the largest dimension halved first: row strips
-    assert tall.block_shape == (16, 3)
+    # big enough: square blocks, a block per worker per worker, each dimension cut 2 ways
+    assert cs.from_numpy(np.zeros((256, 256))).block_shape == (128, 128)
+    tall = cs.from_numpy(np.zeros((16384, 3)))  # the largest dimension halved first: row strips
+    assert tall.block_shape == (4096, 3)
+    # the floor: no block under MIN_STORAGE_BLOCK once every worker has one (64 KiB: 8192 float64)
+    assert cs.executor.storage_blocks((1000, 1000), (1000, 1000), 8) == (500, 500)
+    assert cs.executor.storage_blocks((100, 100), (100, 100), 8) == (50, 100)
     assert cs.from_numpy(x, block_shape=(6, 8)).block_shape == (6, 8)  # a blocking given is kept
     assert cs.executor.storage_blocks((1,), (1,), 4) == (1,) and cs.executor.storage_blocks((), (), 4) == ()
 

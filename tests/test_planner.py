@@ -7,6 +7,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 
 import planner
@@ -310,6 +311,10 @@ def test_plan_reports_repartitions():
         ((8, 8), (True, 1), r"parts\[0\]=True"),
         ((8, 8), (2.0, 1), r"parts\[0\]=2.0"),
         ((8, 8), 2, "must be a sequence of ints"),
+        ((8, 8), {2: 1, 1: 1}, "must be a sequence of ints"),  # a mapping or a set: no order to trust
+        ((8, 8), {2, 1}, "must be a sequence of ints"),
+        ((8, 8), "21", "must be a sequence of ints"),
+        ((8, 8), (np.array([2]), 1), r"parts\[0\]=array\(\[2\]\)"),
     ],
 )
 def test_stored_input_layout_errors(shape, parts, match):

@@ -84,6 +84,21 @@ def test_stored_inputs_keep_their_blocking_when_cheaper(s):
     assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
 
 
+@pytest.mark.parametrize("strategy", ["eindecomp", "data", "sqrt"])
+def test_a_label_split_as_a_stored_operand_reads_its_own_ragged_blocks(s, strategy):
+    """10 rows stored in blocks of 6 are 2 parts; a step that splits them in 2 reads the stored blocks (6
+    and 4), not ceil(10 / 2) = 5 (a re-split the planner had charged nothing for)."""
+    a, b = RNG.standard_normal((10, 3000)), RNG.standard_normal((3000, 10))
+    A, B = s.from_numpy(a, block_shape=(6, 3000)), s.from_numpy(b, block_shape=(3000, 10))
+    rel = s.einsum("ij,jk->ik", A, B, strategy=strategy)
+    assert rel.plan().info.node_parts[rel.node]["i"] == 2 and rel.block_shape == (6, 10)
+    assert "Repartition" not in rel.explain()
+    assert_einsum_close(rel.numpy(), "ij,jk->ik", a, b)
+    ex = s.map(A, "exp")
+    assert ex.block_shape == (6, 3000)
+    np.testing.assert_allclose(ex.numpy(), np.exp(a), rtol=1e-15)
+
+
 def test_cost_model_file_is_used(tmp_path, monkeypatch):
     path = tmp_path / "cm.json"
     monkeypatch.setenv("TENSORSQL_COST_MODEL", str(path))

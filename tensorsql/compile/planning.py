@@ -84,7 +84,9 @@ def load_cost_model(workers: int, engine: EngineProfile | None = None) -> P.Cost
             assemble_byte=engine.join_byte,
             split_flops=engine.split_flops,
         )
-    if engine is not None:  # the executor's own re-split terms (a cluster's), unless the file sets them
+    # the executor's own terms (a cluster's): its re-split and stage costs unless the file sets them, and how
+    # it runs a step's calls (``task_join``: a property of the executor, not of the machine)
+    if engine is not None:
         if cm.repart_byte is None and engine.repart_byte is not None:
             cm = dataclasses.replace(cm, repart_byte=engine.repart_byte)
         if not cm.exchange and engine.exchange:
@@ -160,11 +162,28 @@ class _Graph:
                     for x, n in zip(t, c.shape, strict=True)
                 }
                 blocks = {x: ceil_div(sizes[x], parts.get(ch, 1)) for x, ch in self.letters[node].items()}
+                # a label split as a stored operand is (its parts) is read in that operand's blocks: with
+                # ragged sizes ceil(n / parts) can differ from them (10 in blocks of 6: parts 2, blocks 5),
+                # and a re-split the planner did not charge would run
+                kept: set[int] = set()
+                for c, t in zip(node.inputs, node.in_labels, strict=True):
+                    if isinstance(c, E.Source | E.Reblock):
+                        for x, n, b in zip(t, c.shape, c.block_shape, strict=True):
+                            if x not in kept and ceil_div(n, b) == parts.get(self.letters[node][x], 1):
+                                blocks[x] = b
+                                kept.add(x)
                 label_blocks[node] = blocks
                 shapes[node] = tuple(blocks[x] for x in node.out_labels)
             else:
+                stored = node.input if isinstance(node.input, E.Source | E.Reblock) else None  # type: ignore[attr-defined]
                 shapes[node] = tuple(
-                    ceil_div(n, d) for n, d in zip(node.shape, plan.layouts[v], strict=True)
+                    b if stored is not None and ceil_div(n, b) == d else ceil_div(n, d)
+                    for n, d, b in zip(
+                        node.shape,
+                        plan.layouts[v],
+                        stored.block_shape if stored is not None else node.shape,
+                        strict=True,
+                    )
                 )
         return Partitioning(label_blocks, shapes)
 
