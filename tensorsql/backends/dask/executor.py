@@ -1023,16 +1023,50 @@ class _Run(W.Stager):
         fused = self.fused_last(root, space)
         if fused is not None:
             return self.stage(fused[0], space, fused[1], root.schema, "result")
+        top, columns = _renames(root)
+        if isinstance(top, T.Aggregate):
+            whole = self.fused_aggregate(top)
+            if whole is not None:  # the last aggregation's tasks compute those under it: renamed
+                rel, calls, cuts = whole
+                return _renamed_parts(self.stage(rel, calls, cuts, top.schema, "result"), root, columns)
         rel = self.below(root)  # every aggregation a stage of kernel calls
         inner, columns = _renames(rel)
         if isinstance(inner, T.Scan) and inner.table in self.stored:  # the last aggregation's stage, renamed
-            done = self.rels[inner.table]
-            parts = [
-                Part(p.future, {k: p.box[c] for k, c in columns.items()}, p.worker, p.nbytes)
-                for p in done.parts
-            ]
-            return DistRel(root.schema, parts, columns)
+            return _renamed_parts(self.rels[inner.table], root, columns)
         return self.stage(rel, space, self.cuts(rel, space, set(space)), root.schema, "result")
+
+    def fused_aggregate(self, agg: T.Aggregate) -> tuple[T.Rel, dict[str, int], dict[str, int]] | None:
+        """A last step that is an aggregation (a chain of products, ``ij,jk,kl->il``) with the aggregations
+        under it computed in its own tasks, as ``fused_last`` does under a join or map: (the step, the space
+        of its calls, its cuts), or None where that would not save a stage. Its tasks are its own stage's
+        (``materialize``): a task per combination of the blocks it joins, merged along its sums first; where
+        those cuts split a sum (partial blocks, combined by one more stage) it keeps its own stage. An
+        aggregation under it is computed in its tasks under ``fused_last``'s conditions (``_inlinable``: no
+        sum of its own cut, no more tasks than the step's, the blocks its tasks compute disjoint); the others
+        are stored, and the rest checked again. A chain of two 1024^2 products over stored square blocks on
+        2 workers: 33 ms in one stage against 40 ms in two (a probe, the chain followed by an add)."""
+        inner = agg.child.schema
+        space = {k: inner.nblocks(k) for k in inner.keys}
+        free = set(agg.schema.keys)
+        ours = {r for r in T.nodes(agg.child) if isinstance(r, T.Aggregate) and not self.is_stored(r)}
+        while ours:  # each round stores one or more of them (and what is under those), or returns
+            child, nodes = self._computing(agg.child, ours)
+            if set(nodes) != ours:  # storing one stored some of them too: read those from their stage
+                ours = set(nodes)
+                continue
+            rel = T.with_inputs(agg, (child,))
+            cuts = self.cuts(rel, space, free)
+            if any(c > 1 for k, c in cuts.items() if k not in free):
+                return None  # its sum cut over the tasks: partial blocks, a stage of its own to combine
+            if W.footprint(rel, W.largest(cuts, space)) > self.budget:
+                return None
+            tasks = W.count(cuts, space)
+            boxes = _boxes(rel, cuts, space)
+            failed = {a for a, node in nodes.items() if not self._inlinable(node, tasks, boxes.get(node, []))}
+            if not failed:
+                return rel, space, cuts
+            ours -= failed
+        return None
 
     def fused_last(self, root: T.Rel, space: Mapping[str, int]) -> tuple[T.Rel, dict[str, int]] | None:
         """The last step (a join or map over aggregations: the chain's final add) with aggregations under it
@@ -1254,6 +1288,15 @@ def _disjoint(schema: T.Schema, reached: list[W.Ranges]) -> bool:
         for i, a in enumerate(boxes)
         for b in boxes[i + 1 :]
     )
+
+
+def _renamed_parts(done: DistRel, root: T.Rel, columns: Mapping[str, str]) -> DistRel:
+    """A stage's partitions read as ``root``, the renames on top of its step (``columns``: key of ``root``
+    -> key of the stage), without a stage of their own."""
+    parts = [
+        Part(p.future, {k: p.box[c] for k, c in columns.items()}, p.worker, p.nbytes) for p in done.parts
+    ]
+    return DistRel(root.schema, parts, dict(columns))
 
 
 def _renames(rel: T.Rel) -> tuple[T.Rel, dict[str, str]]:
