@@ -134,7 +134,7 @@ def _task_cuts(D: np.ndarray, summed: tuple[int, ...], workers: int) -> np.ndarr
     label; so the executor's ``_Run.cuts_keeping`` without its memory floor (ties go to the later label
     here, to the larger key name there). All rows at once, one halving per round."""
     tasks = np.array(D, dtype=np.int64)
-    L = tasks.shape[1] if tasks.ndim == 2 else 0
+    L = tasks.shape[1]
     is_summed = np.zeros(L, dtype=bool)
     is_summed[list(summed)] = True
     order = np.arange(L)[None, :]

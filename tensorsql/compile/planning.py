@@ -162,28 +162,20 @@ class _Graph:
                     for x, n in zip(t, c.shape, strict=True)
                 }
                 blocks = {x: ceil_div(sizes[x], parts.get(ch, 1)) for x, ch in self.letters[node].items()}
-                # a label split as a stored operand is (its parts) is read in that operand's blocks: with
-                # ragged sizes ceil(n / parts) can differ from them (10 in blocks of 6: parts 2, blocks 5),
-                # and a re-split the planner did not charge would run
-                kept: set[int] = set()
+                kept: set[int] = set()  # a label split as two stored operands are: the first one's blocks
                 for c, t in zip(node.inputs, node.in_labels, strict=True):
-                    if isinstance(c, E.Source | E.Reblock):
-                        for x, n, b in zip(t, c.shape, c.block_shape, strict=True):
-                            if x not in kept and ceil_div(n, b) == parts.get(self.letters[node][x], 1):
-                                blocks[x] = b
-                                kept.add(x)
+                    for x, n, b in zip(t, c.shape, _stored_blocks(c), strict=True):
+                        d = parts.get(self.letters[node][x], 1)
+                        if b is not None and x not in kept and _block(n, d, b) == b:
+                            blocks[x] = b
+                            kept.add(x)
                 label_blocks[node] = blocks
                 shapes[node] = tuple(blocks[x] for x in node.out_labels)
-            else:
-                stored = node.input if isinstance(node.input, E.Source | E.Reblock) else None  # type: ignore[attr-defined]
+            else:  # a map or cast
+                child = node.input  # type: ignore[attr-defined]
                 shapes[node] = tuple(
-                    b if stored is not None and ceil_div(n, b) == d else ceil_div(n, d)
-                    for n, d, b in zip(
-                        node.shape,
-                        plan.layouts[v],
-                        stored.block_shape if stored is not None else node.shape,
-                        strict=True,
-                    )
+                    _block(n, d, b)
+                    for n, d, b in zip(node.shape, plan.layouts[v], _stored_blocks(child), strict=True)
                 )
         return Partitioning(label_blocks, shapes)
 
@@ -212,6 +204,22 @@ class _Graph:
             if isinstance(node, E.Source | E.Operand) and node not in out:
                 out[node] = tuple(ceil_div(n, d) for n, d in zip(node.shape, want, strict=True))
         return out
+
+
+def _stored_blocks(node: E.Node) -> tuple[int | None, ...]:
+    """A stored relation's (or an explicit reblock's) block shape; None per dimension for any other node."""
+    if isinstance(node, E.Source | E.Reblock):
+        return node.block_shape
+    return (None,) * len(node.shape)
+
+
+def _block(n: int, parts: int, stored: int | None) -> int:
+    """The block of a dimension of ``n`` split in ``parts``: a stored operand's own (``stored``) where it is
+    split so. A ragged 10 in blocks of 6 is 2 parts; ceil(10 / 2) = 5 would re-split it, a re-split the
+    planner did not charge."""
+    if stored is not None and ceil_div(n, stored) == parts:
+        return stored
+    return ceil_div(n, parts)
 
 
 def _record(info: PlanInfo, graph: _Graph, plan: P.Plan) -> None:

@@ -1022,91 +1022,75 @@ class _Run(W.Stager):
         space = {k: root.schema.nblocks(k) for k in root.schema.keys}
         fused = self.fused_last(root, space)
         if fused is not None:
-            return self.stage(fused[0], space, fused[1], root.schema, "result")
-        top, columns = _renames(root)
-        if isinstance(top, T.Aggregate):
-            whole = self.fused_aggregate(top)
-            if whole is not None:  # the last aggregation's tasks compute those under it: renamed
-                rel, calls, cuts = whole
-                return _renamed_parts(self.stage(rel, calls, cuts, top.schema, "result"), root, columns)
+            step, calls, cuts = fused
+            top, columns = _renames(root)
+            if isinstance(top, T.Aggregate):  # the last aggregation's own stage, read renamed
+                return _renamed_parts(self.stage(step, calls, cuts, top.schema, "result"), root, columns)
+            return self.stage(step, calls, cuts, root.schema, "result")
         rel = self.below(root)  # every aggregation a stage of kernel calls
         inner, columns = _renames(rel)
         if isinstance(inner, T.Scan) and inner.table in self.stored:  # the last aggregation's stage, renamed
             return _renamed_parts(self.rels[inner.table], root, columns)
         return self.stage(rel, space, self.cuts(rel, space, set(space)), root.schema, "result")
 
-    def fused_aggregate(self, agg: T.Aggregate) -> tuple[T.Rel, dict[str, int], dict[str, int]] | None:
-        """A last step that is an aggregation (a chain of products, ``ij,jk,kl->il``) with the aggregations
-        under it computed in its own tasks, as ``fused_last`` does under a join or map: (the step, the space
-        of its calls, its cuts), or None where that would not save a stage. Its tasks are its own stage's
-        (``materialize``): a task per combination of the blocks it joins, merged along its sums first; where
-        those cuts split a sum (partial blocks, combined by one more stage) it keeps its own stage. An
-        aggregation under it is computed in its tasks under ``fused_last``'s conditions (``_inlinable``: no
-        sum of its own cut, no more tasks than the step's, the blocks its tasks compute disjoint); the others
-        are stored, and the rest checked again. A chain of two 1024^2 products over stored square blocks on
-        2 workers: 33 ms in one stage against 40 ms in two (a probe, the chain followed by an add)."""
-        inner = agg.child.schema
-        space = {k: inner.nblocks(k) for k in inner.keys}
-        free = set(agg.schema.keys)
-        ours = {r for r in T.nodes(agg.child) if isinstance(r, T.Aggregate) and not self.is_stored(r)}
-        while ours:  # each round stores one or more of them (and what is under those), or returns
-            child, nodes = self._computing(agg.child, ours)
-            if set(nodes) != ours:  # storing one stored some of them too: read those from their stage
-                ours = set(nodes)
-                continue
-            rel = T.with_inputs(agg, (child,))
-            cuts = self.cuts(rel, space, free)
-            if any(c > 1 for k, c in cuts.items() if k not in free):
-                return None  # its sum cut over the tasks: partial blocks, a stage of its own to combine
-            if W.footprint(rel, W.largest(cuts, space)) > self.budget:
-                return None
-            tasks = W.count(cuts, space)
-            boxes = _boxes(rel, cuts, space)
-            failed = {a for a, node in nodes.items() if not self._inlinable(node, tasks, boxes.get(node, []))}
-            if not failed:
-                return rel, space, cuts
-            ours -= failed
-        return None
-
-    def fused_last(self, root: T.Rel, space: Mapping[str, int]) -> tuple[T.Rel, dict[str, int]] | None:
+    def fused_last(
+        self, root: T.Rel, space: Mapping[str, int]
+    ) -> tuple[T.Rel, dict[str, int], dict[str, int]] | None:
         """The last step (a join or map over aggregations: the chain's final add) with aggregations under it
-        computed in its own tasks instead of in stages of their own, and its cuts; None where that would cost
-        parallelism or work. Each stage is a round of tasks, each paying a Dask round trip, its inputs'
-        registration and DuckDB's planning: ~10 ms, which on the paper's square chain is as much as a step's
-        kernel call. An aggregation (at any depth: C x (D x E) and D x E under it alike) stays in the last
-        step only if it is not stored anyway (a step left to a stage reads it too); if, as a stage, it would
-        cut no label it sums away (no partial blocks to combine) into no more tasks than the last step has;
-        and if the blocks of it the step's tasks compute are disjoint (no block computed by two tasks, or
-        twice by one: a label the step cuts that does not reach it, a repeated label, a coarser blocking
-        behind a repartition, the same aggregation read as itself and transposed). Where the step's own
-        cuts make them overlap, the step is cut along the other labels alone if that still gives every
-        thread a task (``_whole``: the skewed chain's add cut by columns only, so that D x E, too short to
-        share by rows, runs in it: one stage instead of two). Those that fail are stored, and the others
-        checked again. None where the step with them does not fit a worker's wave budget at its cuts (their
-        own stages could cut the labels they sum away). The decision depends only on the plan, the threads
-        and the wave budget: a plan run again replays it (``decided``: the same ``_computing`` calls, so the
-        same stages made in the same order, which the task SQL is kept by) instead of checking again, ~1-2
-        ms of the client's planning per run of the square chain."""
+        computed in its own tasks instead of in stages of their own: (the step, the space of its calls, its
+        cuts); None where that would cost parallelism or work. Each stage is a round of tasks, each paying a
+        Dask round trip, its inputs' registration and DuckDB's planning: ~10 ms, which on the paper's square
+        chain is as much as a step's kernel call. An aggregation (at any depth: C x (D x E) and D x E under it
+        alike) stays in the last step only if it is not stored anyway (a step left to a stage reads it too);
+        if, as a stage, it would cut no label it sums away (no partial blocks to combine) into no more tasks
+        than the last step has; and if the blocks of it the step's tasks compute are disjoint (no block
+        computed by two tasks, or twice by one: a label the step cuts that does not reach it, a repeated
+        label, a coarser blocking behind a repartition, the same aggregation read as itself and transposed).
+        Where the step's own cuts make them overlap, the step is cut along the other labels alone if that
+        still gives every thread a task (``_whole``: the skewed chain's add cut by columns only, so that
+        D x E, too short to share by rows, runs in it: one stage instead of two). Those that fail are stored,
+        and the others checked again. None where the step with them does not fit a worker's wave budget at
+        its cuts (their own stages could cut the labels they sum away).
+
+        A last step that is itself an aggregation (a chain of products, ``ij,jk,kl->il``) is cut as its own
+        stage would be (``materialize``: over the labels it joins, merged along its sums first) and computes
+        those under it the same way; where those cuts split its sum (partial blocks, one more stage to
+        combine them) it keeps a stage of its own (X @ Y @ Z, 1024^2 on 2 workers: 40 -> 30 ms).
+
+        The decision depends only on the plan, the threads and the wave budget: a plan run again replays it
+        (``decided``: the same ``_computing`` calls, so the same stages made in the same order, which the
+        task SQL is kept by) instead of checking again, ~1-2 ms of the client's planning per run of the
+        square chain."""
         inner, _ = _renames(root)
-        if isinstance(inner, T.Aggregate):
-            return None
-        aggs = [r for r in T.nodes(inner) if isinstance(r, T.Aggregate)]
+        top = inner if isinstance(inner, T.Aggregate) else None
+        body = top.child if top is not None else root  # what the step computes aggregations in
+        if top is not None:
+            space = {k: top.child.schema.nblocks(k) for k in top.child.schema.keys}
+        free = set(top.schema.keys) if top is not None else set(space)
+
+        def step(ours: set[T.Aggregate]) -> tuple[T.Rel, dict[T.Aggregate, T.Aggregate]]:
+            rel, nodes = self._computing(body, ours)
+            return (rel if top is None else T.with_inputs(top, (rel,))), nodes
+
+        aggs = [r for r in T.nodes(body) if isinstance(r, T.Aggregate)]
         known = self.decided.get((self.threads, self.budget))
         if known is not None:  # the plan's earlier run decided: the same stages, made in the same order
             calls, cuts = known
             for picks in calls:
-                rel, _ = self._computing(root, {aggs[i] for i in picks})
-            return None if cuts is None else (rel, dict(cuts))
+                rel, _ = step({aggs[i] for i in picks})
+            return None if cuts is None else (rel, dict(space), dict(cuts))
         ours = {r for r in aggs if not self.is_stored(r)}
         calls: list[tuple[int, ...]] = []
         while ours:  # each round stores one or more of them (and what is under those), or returns
             calls.append(tuple(i for i, a in enumerate(aggs) if a in ours))
-            rel, nodes = self._computing(root, ours)
+            rel, nodes = step(ours)
             if set(nodes) != ours:  # storing one stored some of them too: read those from their stage
                 ours = set(nodes)
                 continue
-            options = [self.cuts(rel, space, set(space))]
-            whole = self._whole(rel, space, list(nodes.values()))
+            options = [self.cuts(rel, space, free)]
+            if top is not None and any(c > 1 for k, c in options[0].items() if k not in free):
+                options = []  # its own sum cut over the tasks: a stage of its own, then one to combine
+            whole = self._whole(rel, space, list(nodes.values())) if top is None else set()
             if whole and any(options[0].get(k, 1) > 1 for k in whole):
                 other = self.cuts_keeping(rel, space, set(space), whole)
                 enough = min(self.threads, W.count(options[0], space))
@@ -1127,7 +1111,7 @@ class _Run(W.Stager):
                 }
                 if not failed:
                     self.decided[(self.threads, self.budget)] = (calls, tuple(cuts.items()))
-                    return rel, cuts
+                    return rel, dict(space), cuts
             ours -= failed
         self.decided[(self.threads, self.budget)] = (calls, None)
         return None
