@@ -17,7 +17,7 @@ from .costs import (
     split_to_fit,
     viable,
 )
-from .decompose import Plan, choose_p, decompose, evaluate
+from .decompose import Plan, best_of, choose_p, decompose, evaluate, plans_by_p
 from .einsum import AGG_FUNCTIONS, JOIN_FUNCTIONS, EinSum, PlanningError
 from .graph import EinGraph, Vertex
 from .strategies import (
@@ -44,6 +44,7 @@ __all__ = [
     "Strategy",
     "Vertex",
     "agg_cost",
+    "best_of",
     "choose_p",
     "decompose",
     "effective_p",
@@ -52,6 +53,7 @@ __all__ = [
     "is_planner_strategy",
     "join_cost",
     "kernel_calls",
+    "plans_by_p",
     "repart_cost",
     "split_to_fit",
     "viable",

@@ -40,7 +40,7 @@ from .einsum import EinSum, PlanningError
 from .graph import EinGraph, Vertex
 from .strategies import OPERANDS, PLANNER_STRATEGIES
 
-__all__ = ["Plan", "choose_p", "decompose", "evaluate"]
+__all__ = ["Plan", "best_of", "choose_p", "decompose", "evaluate", "plans_by_p"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -178,8 +178,18 @@ def _leading_nudge(e: EinSum, D: np.ndarray, unary: np.ndarray) -> np.ndarray | 
 
 
 @lru_cache(maxsize=4096)
-def _local_vector(e: EinSum, p: int, cm: CostModel | None, max_block: int | None) -> np.ndarray:
+def _local_table(e: EinSum, p: int, cm: CostModel | None, max_block: int | None) -> dict[str, np.ndarray]:
+    """``_local_terms`` over the whole domain, computed once per (vertex, p, model, cap): the DP's unary
+    vectors and the chosen plan's breakdown both read it."""
     t = _local_terms(e, _domain(e, p, max_block), cm)
+    for a in t.values():
+        a.setflags(write=False)
+    return t
+
+
+@lru_cache(maxsize=4096)
+def _local_vector(e: EinSum, p: int, cm: CostModel | None, max_block: int | None) -> np.ndarray:
+    t = _local_table(e, p, cm, max_block)
     vec = t["join"] + t["agg"] + t["compute"]
     vec.setflags(write=False)
     return vec
@@ -271,8 +281,18 @@ def _row(e: EinSum, d: Mapping[str, int] | Sequence[int] | np.ndarray) -> np.nda
 
 
 def _build_plan(
-    graph: EinGraph, rows: dict[Vertex, np.ndarray], p: int, strategy: str, cm: CostModel | None, notes=()
+    graph: EinGraph,
+    rows: dict[Vertex, np.ndarray],
+    p: int,
+    strategy: str,
+    cm: CostModel | None,
+    notes=(),
+    *,
+    at: dict[Vertex, int] | None = None,
+    max_block: int | None = None,
 ) -> Plan:
+    """The plan of one row per EinSum vertex. ``at``: each row's index in the vertex's domain at (p,
+    max_block), when it came from there: its terms are then read from the tables the DP built."""
     partitions: dict[Vertex, dict[str, int]] = {}
     layouts: dict[Vertex, tuple[int, ...]] = {}
     operand_layouts: dict[tuple[Vertex, int], tuple[int, ...]] = {}
@@ -286,15 +306,27 @@ def _build_plan(
         ix = _index(e)
         partitions[v] = {lab: int(x) for lab, x in zip(e.labels, d[0], strict=False)}
         layouts[v] = tuple(int(d[0, i]) for i in ix.out)
-        t = _local_terms(e, d, cm)
+        i = at.get(v) if at is not None else None
+        if i is not None:
+            table = _local_table(e, p, cm, max_block)
+            b = {key: float(table[key][i]) for key in ("join", "agg", "compute", "calls")}
+        else:
+            t = _local_terms(e, d, cm)
+            b = {key: float(t[key][0]) for key in ("join", "agg", "compute", "calls")}
         repart = 0.0
         for k, u in enumerate(v.inputs):
-            operand_layouts[(v, k)] = tuple(int(d[0, i]) for i in ix.ops[k])
+            operand_layouts[(v, k)] = tuple(int(d[0, j]) for j in ix.ops[k])
             if u.einsum is not None:
-                repart += float(_edge_terms(u.einsum, e, k, rows[u], d, cm)[0, 0])
+                iu = at.get(u) if at is not None else None
+                if i is not None and iu is not None:
+                    repart += float(_edge_matrix(u.einsum, e, k, p, cm, max_block)[iu, i])
+                else:
+                    repart += float(_edge_terms(u.einsum, e, k, rows[u], d, cm)[0, 0])
             elif u.layout is not None:
-                repart += float(_input_terms(u.shape, u.layout, e, k, d, cm)[0])
-        b = {key: float(t[key][0]) for key in ("join", "agg", "compute", "calls")}
+                if i is not None:
+                    repart += float(_input_vector(u.shape, u.layout, e, k, p, cm, max_block)[i])
+                else:
+                    repart += float(_input_terms(u.shape, u.layout, e, k, d, cm)[0])
         b["repart"] = repart
         b["total"] = b["join"] + b["agg"] + b["repart"] + b["compute"]
         if not graph.consumers(v):
@@ -622,8 +654,10 @@ def decompose(
         prob = _Problem(graph, p, cost_model, max_block)
         vals, notes = _eindecomp(prob, joint_consumers, joint_cap)
         rows = {v: prob.D[i][vals[i] : vals[i] + 1] for i, v in enumerate(verts)}
+        at = {v: vals[i] for i, v in enumerate(verts)}
     else:
         rows = {v: _baseline_row(v.einsum, p, strategy, max_block) for v in verts}
+        at = None
     small = [v.name for v in verts if strategy != "none" and effective_p(v.einsum, p) != p]
     if small:
         notes.append(f"{len(small)} vertex(es) too small for p={p}, fewer calls: {', '.join(small[:5])}")
@@ -635,7 +669,7 @@ def decompose(
             f"{len(capped)} vertex(es) split into more calls to keep blocks within {max_block} elements: "
             + ", ".join(capped[:5])
         )
-    return _build_plan(graph, rows, p, strategy, cost_model, notes)
+    return _build_plan(graph, rows, p, strategy, cost_model, notes, at=at, max_block=max_block)
 
 
 def _candidates(max_p: int) -> list[int]:
@@ -643,6 +677,34 @@ def _candidates(max_p: int) -> list[int]:
     cands = {1, max_p} | {1 << k for k in range(max_p.bit_length()) if 1 << k <= max_p}
     cands |= {m for m in range(2, max_p + 1) if any(m % q == 0 for q in primes)}
     return sorted(cands)
+
+
+def plans_by_p(
+    graph: EinGraph,
+    max_p: int,
+    cost_model: CostModel | None = None,
+    strategy: str = "eindecomp",
+    *,
+    max_block: int | None = None,
+) -> dict[int, Plan]:
+    """The plan at every candidate kernel-call count ``choose_p`` weighs (1..max_p: powers of two and
+    multiples of max_p's prime factors), so a caller that goes on with one of them (or compares two) does
+    not decompose the graph again."""
+    if isinstance(max_p, bool) or not isinstance(max_p, int) or max_p < 1:
+        raise PlanningError(f"max_p must be a positive int, got {max_p!r}")
+    cm = cost_model if cost_model is not None else CostModel()
+    return {q: decompose(graph, q, strategy, cm, max_block=max_block) for q in _candidates(max_p)}
+
+
+def best_of(plans: Mapping[int, Plan]) -> Plan:
+    """The least modelled cost among ``plans_by_p``'s plans; a tie goes to fewer calls."""
+    best: Plan | None = None
+    for q in sorted(plans):
+        if best is None or plans[q].cost < best.cost * (1 - 1e-12):
+            best = plans[q]
+    if best is None:
+        raise PlanningError("no candidate plans")
+    return best
 
 
 def choose_p(
@@ -656,12 +718,4 @@ def choose_p(
     """The kernel-call count (1..max_p: powers of two and multiples of max_p's prime factors) whose plan has
     the least modelled time. With per-call overhead dominating, fewer larger blocks win. ``max_block`` as in
     ``decompose``."""
-    if isinstance(max_p, bool) or not isinstance(max_p, int) or max_p < 1:
-        raise PlanningError(f"max_p must be a positive int, got {max_p!r}")
-    cm = cost_model if cost_model is not None else CostModel()
-    best_p, best_cost = 1, math.inf
-    for q in _candidates(max_p):
-        c = decompose(graph, q, strategy, cm, max_block=max_block).cost
-        if c < best_cost * (1 - 1e-12):
-            best_p, best_cost = q, c
-    return best_p
+    return best_of(plans_by_p(graph, max_p, cost_model, strategy, max_block=max_block)).p

@@ -150,6 +150,11 @@ SQL_FUNCTIONS: dict[str, str] = {
         f"(avx512|openblas|generic), chosen by {KERNEL_PATH_ENV} (auto|avx512|openblas|generic, "
         "default auto) when the extension was loaded into it"
     ),
+    "tensorsql_gemm_plan": (
+        "tensorsql_gemm_plan(spec VARCHAR, dtype VARCHAR, x_shape BIGINT[], y_shape BIGINT[]) -> VARCHAR: "
+        "how a multiply/sum product of blocks of these shapes maps onto GEMM calls (batches, m, n, k, which "
+        "operands are packed, C formed aside or in tiles); computes nothing"
+    ),
     "tensor_sum": "tensor_sum(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise sum (same-size blocks)",
     "tensor_max": "tensor_max(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise max (real dtypes)",
     "tensor_min": "tensor_min(x BLOB, dtype VARCHAR) -> BLOB: aggregate, elementwise min (real dtypes)",

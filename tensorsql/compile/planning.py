@@ -306,12 +306,19 @@ def _plan_blocks(
     limit = _max_block_elements(root, cap)
     try:
         if strategy == "eindecomp":
-            p = 1 if total < SMALL_ELEMENTS else P.choose_p(graph.g, max(1, threads), cm, max_block=limit)
+            # each candidate p decomposed once: the best of them, and p = 1 for the fused comparison below
+            by_p = (
+                {1: P.decompose(graph.g, 1, strategy, cm, max_block=limit)}
+                if total < SMALL_ELEMENTS
+                else P.plans_by_p(graph.g, max(1, threads), cm, max_block=limit)
+            )
+            plan = P.best_of(by_p)
+            p = plan.p
         else:
             p = max(1, threads)
-        plan = P.decompose(graph.g, p, strategy, cm, max_block=limit)
+            plan = P.decompose(graph.g, p, strategy, cm, max_block=limit)
         if strategy == "eindecomp" and p > 1 and cm.join_byte is not None and engine is not None:
-            plan, p = _prefer_fused(root, graph, plan, p, cm, engine.step_seconds, limit)
+            plan, p = _prefer_fused(root, graph, plan, by_p[1], cm, engine.step_seconds)
     except P.PlanningError as exc:  # a graph outside the planner's model: keep the operands' blocking
         info = PlanInfo("operands", 0, notes=[f"planner skipped ({exc}); blocks follow the operands"])
         return default_partitioning(root), info
@@ -349,10 +356,9 @@ def _prefer_fused(
     root: E.Node,
     graph: _Graph,
     plan: P.Plan,
-    p: int,
+    one: P.Plan,
     cm: P.CostModel,
     step_seconds: float,
-    max_block: int | None = None,
 ) -> tuple[P.Plan, int]:
     """The plan at ``p`` or the one-block plan (p = 1), whichever costs less once the query steps that fuse
     into one kernel call (``fuse.fused_steps``) are credited ``step_seconds`` each; the split plan must save
@@ -360,7 +366,7 @@ def _prefer_fused(
     between steps split differently), which the model does not charge. (A logistic regression's step, 8192
     x 100 float32, split in two: 5.3 ms; one block per tensor: 3.4 ms.) Only under the engine's cost terms:
     the paper's model has no per-step cost."""
-    one = P.decompose(graph.g, 1, "eindecomp", cm, max_block=max_block)
+    p = plan.p
     fused = fused_steps(root, graph.partitioning(one))
     mine = plan.cost - step_seconds * fused_steps(root, graph.partitioning(plan))
     if one.cost - step_seconds * fused < mine + step_seconds:
@@ -443,11 +449,17 @@ def fit_blocks(root: E.Node, part: Partitioning, max_bytes: int) -> Partitioning
         elif isinstance(node, E.Slice):  # the input's blocks, as fitted
             shapes[node] = slice_blocks(node.count, node.keep, shapes[node.input])
     fitted = Partitioning(label_blocks, shapes)
-    for node in order:  # an array operand is read in the blocking of the consumer it was placed for
+    # an array operand is read in the blocking of the consumer it was placed for (its first consumer reading
+    # it in its planned blocks); each consumer's reads computed once (a graph of n steps: O(n), not O(n^2))
+    placed: dict[E.Node, E.Node] = {}
+    for c in order:
+        for child, shape in _reads(c, part).items():
+            if isinstance(child, E.Operand) and child not in placed and shape == part.block_shapes[child]:
+                placed[child] = c
+    for node in order:
         if isinstance(node, E.Operand):
-            consumers = [c for c in order if node in _reads(c, part)]
-            placed = next((c for c in consumers if _reads(c, part)[node] == part.block_shapes[node]), None)
-            shape = _reads(placed, fitted)[node] if placed is not None else shapes[node]
+            at = placed.get(node)
+            shape = _reads(at, fitted)[node] if at is not None else shapes[node]
             shapes[node] = fit_shape(node.shape, shape, _itemsize(node.dtype), max_bytes)
     if label_blocks == part.label_blocks and shapes == part.block_shapes:
         return part

@@ -269,6 +269,12 @@ def nodes(root: Rel, stop: Callable[[Rel], bool] | None = None) -> Iterator[Rel]
             stack.extend(inputs(r))
 
 
+def one_row(root: Rel) -> bool:
+    """Whether every relation of the plan is one block (one row each): a plan a statement computes as one
+    row of kernel calls, where every operand is read exactly once."""
+    return all(rel.schema.nblocks(k) == 1 for rel in nodes(root) for k in rel.schema.keys)
+
+
 def may_lack_blocks(rel: Rel) -> bool:
     """Whether a relation may miss blocks: it reads a stored relation (a user's table may be sparse) other
     than through a ``Densify``. Arrays, a complete stand-in, a filled grid and what is computed from them

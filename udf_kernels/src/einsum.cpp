@@ -864,7 +864,8 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	using T = Ty;
 	const T B = T::Blob, V = T::Varchar, L = T::ListBigInt, I = T::BigInt;
 	// the result-sink variants take (key BIGINT, start BIGINT[], <the same arguments>) and return BIGINT
-	return add_budgeted_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum, budget, true) &&
+	return add_budgeted_scalar(con, "tensorsql_gemm_plan", {V, V, L, L}, V, tensorsql_gemm_plan, budget, false) &&
+	       add_budgeted_scalar(con, "tensor_einsum", {V, V, V, V, B, L, B, L}, B, tensor_einsum, budget, true) &&
 	       add_budgeted_scalar(con, "tensor_einsum_into", {I, L, V, V, V, V, B, L, B, L}, I, tensor_einsum_into,
 	                           budget, true) &&
 	       register_budgeted_aggregate(con,
@@ -886,6 +887,34 @@ bool register_einsum_functions(duckdb_connection con, const BudgetPtr &budget) {
 	                                      state_destroy<EinsumAggState>,
 	                                      I},
 	                              budget);
+}
+
+// tensorsql_gemm_plan(spec, dtype, x_shape, y_shape) -> VARCHAR: how a multiply/sum product of blocks of these
+// shapes maps onto GEMM calls (batches, m x n x k per batch, which operands are packed, whether C is formed aside
+// or in tiles), for tests and for reading a plan's kernels; computes nothing.
+void tensorsql_gemm_plan(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
+	static constexpr const char *FN = "tensorsql_gemm_plan";
+	guard_scalar(info, FN, [&] {
+		Col spec_c(input, 0);
+		DTypeCol dtype_c(input, 1);
+		ListCol xs_c(input, 2), ys_c(input, 3);
+		Shape xs, ys;
+		scalar_rows(input, output, all_valid(spec_c, dtype_c, xs_c, ys_c), [&](idx_t row) {
+			const Spec spec = parse_spec(spec_c.str(row), 2, FN);
+			const DType dt = dtype_c.get(row, FN);
+			xs_c.get(row, xs, FN, "x_shape");
+			ys_c.get(row, ys, FN, "y_shape");
+			const Contraction c = plan_contraction(spec, xs, ys, itemsize(dt), is_integer_dtype(dt), FN);
+			const std::string text = "nb=" + std::to_string(c.nb) + " m=" + std::to_string(c.m) +
+			                         " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+			                         " pack_a=" + std::to_string(c.a.pack ? 1 : 0) +
+			                         " pack_b=" + std::to_string(c.b.pack ? 1 : 0) +
+			                         " pack_c=" + std::to_string(c.pack_c ? 1 : 0) +
+			                         " tiled=" + std::to_string(c.tiled ? 1 : 0) +
+			                         " swap=" + std::to_string(c.swap ? 1 : 0);
+			duckdb_vector_assign_string_element_len(output, row, text.data(), text.size());
+		});
+	});
 }
 
 void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {

@@ -12,6 +12,7 @@ namespace tsk {
 void tensor_einsum(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_einsum_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 void tensor_einsum1(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+void tensorsql_gemm_plan(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 
 // map.cpp
 void tensor_map(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);

@@ -80,7 +80,8 @@ OperandPlan plan_operand(int op, const LabelInfo &li, const std::vector<int> &bg
 	bool ok = priv.empty();
 	for (const auto *g : {&bg, &rows, &cols}) {
 		for (int l : *g) {
-			ok = ok && li.count[op][l] == 1;
+			// a batch label the operand lacks is read with stride 0 (promote_batch); any other label once
+			ok = ok && (li.count[op][l] == 1 || (g == &bg && li.count[op][l] == 0));
 		}
 	}
 	ok = ok && fuse(bg, li.size, li.stride[op], p.sb) && fuse(rows, li.size, li.stride[op], p.sr) &&
@@ -181,6 +182,83 @@ void plan_tiles(Contraction &c, const std::vector<int> &B, const std::vector<int
 		}
 		c.zlabels.push_back(Contraction::ZLabel {size[l], zstride[l], g, pos[g]++});
 	}
+}
+
+// Operands at least this many elements are worth keeping in place rather than packing (see promote_batch).
+constexpr int64_t kPromoteElements = int64_t(1) << 15;
+
+// An operand whose row (or column) labels do not fuse into one strided dimension is packed: a copy as large as
+// the operand. When its leading labels are all output labels of its own (no batch labels otherwise), they can be
+// batch labels instead, the other operand read with stride 0 along them: the GEMM then runs once per batch on
+// the operand in place ('abcdefg,e->abcdfg' over a 94 MB x: 20 ms packed, a few ms per batch). `own` is the
+// operand's group (M for x, N for y); on success the prefix moves from `own` to B. Only where the remaining
+// labels fuse in the operand and both groups fuse in Z, and where the per-batch products are matrix-vector
+// products (a loop) or few enough that a BLAS call per batch costs less than the copy.
+void promote_batch(int op, const Spec &spec, const LabelInfo &li, const int64_t *zstride, std::vector<int> &B,
+                   std::vector<int> &own, const std::vector<int> &other, const std::vector<int> &K,
+                   const std::vector<int> &priv, const std::vector<int> &other_priv) {
+	if (!B.empty() || !priv.empty() || !other_priv.empty() || own.size() < 2) {
+		return;
+	}
+	// the other operand must be read in place too: packed, it would be copied once per batch
+	const int o = 1 - op;
+	int64_t so = 0, sko = 0;
+	for (const auto *g : {&other, &K}) {
+		for (int l : *g) {
+			if (li.count[o][l] != 1) {
+				return;
+			}
+		}
+	}
+	if (!fuse(other, li.size, li.stride[o], so) || !fuse(K, li.size, li.stride[o], sko) ||
+	    !(unit(so, prod(other, li.size)) || unit(sko, prod(K, li.size)))) {
+		return;
+	}
+	const std::string &labels = spec.inputs[static_cast<size_t>(op)];
+	int64_t numel = 1;
+	for (char ch : labels) {
+		const int l = label_index(ch);
+		if (li.count[op][l] != 1) {
+			return; // a repeated label (a diagonal): packed as before
+		}
+		numel *= li.size[l];
+	}
+	if (numel < kPromoteElements) {
+		return;
+	}
+	int64_t st = 0;
+	if (fuse(own, li.size, li.stride[op], st)) {
+		return; // no pack needed
+	}
+	// the longest prefix of the operand's layout made of its own group's labels
+	std::vector<int> prefix;
+	for (char ch : labels) {
+		const int l = label_index(ch);
+		if (std::find(own.begin(), own.end(), l) == own.end()) {
+			break;
+		}
+		prefix.push_back(l);
+	}
+	if (prefix.empty() || prefix.size() == own.size()) {
+		return;
+	}
+	std::vector<int> batch, rest; // in output order, as the groups are
+	for (int l : own) {
+		(std::find(prefix.begin(), prefix.end(), l) != prefix.end() ? batch : rest).push_back(l);
+	}
+	int64_t sb = 0, sr = 0, sk = 0, zb = 0, zr = 0, zo = 0;
+	if (!fuse(batch, li.size, li.stride[op], sb) || !fuse(rest, li.size, li.stride[op], sr) ||
+	    !fuse(K, li.size, li.stride[op], sk) || !fuse(batch, li.size, zstride, zb) ||
+	    !fuse(rest, li.size, zstride, zr) || !fuse(other, li.size, zstride, zo)) {
+		return;
+	}
+	const int64_t nb = prod(batch, li.size), rows = prod(rest, li.size), cols = prod(other, li.size);
+	const bool matvec = rows == 1 || cols == 1;
+	if (!matvec && nb * 2000 > numel) { // a BLAS call per batch (~1 us) against packing (~0.5 ns an element)
+		return;
+	}
+	B = batch;
+	own = rest;
 }
 
 } // namespace
@@ -284,6 +362,10 @@ Contraction plan_contraction(const Spec &spec, const Shape &xs, const Shape &ys,
 	          kind_str("PY", PY);
 	if (c.empty) {
 		return c;
+	}
+	if (!integer) { // the integer loop reads B with unit column strides only; it packs as before
+		promote_batch(0, spec, li, zstride, B, M, N, K, PX, PY);
+		promote_batch(1, spec, li, zstride, B, N, M, K, PY, PX);
 	}
 	const int64_t nb = prod(B, li.size), m = prod(M, li.size), n = prod(N, li.size), k = prod(K, li.size);
 	c.flops = 2.0 * static_cast<double>(nb) * static_cast<double>(m) * static_cast<double>(n) *
@@ -722,6 +804,49 @@ void tiny_batches(const Contraction &c, const T *A, const T *Bm, T *C, int64_t b
 	}
 }
 
+// Per-batch matrix-vector products (n = 1 or m = 1) up to this many multiply-adds run as loops: a BLAS call per
+// batch costs about a microsecond, as much as the product of a few thousand elements.
+constexpr int64_t kSmallMatvec = int64_t(1) << 16;
+
+// C[b] (+)= A[b] * B[b] for batches [b0, b1) of matrix-vector products (c.n == 1: C = A x, or c.m == 1: C = x B):
+// along the product's unit-stride direction where there is one (a scaled column or row added per k, which
+// vectorizes), else a dot product per element. Each element sums its k products in order, as BLAS does.
+template <class T>
+void matvec_batches(const Contraction &c, const T *A, const T *Bm, T *C, int64_t b0, int64_t b1, bool beta1) {
+	const bool col = c.n == 1; // C[i] = sum_p A[i, p] B[p]; else C[j] = sum_p A[p] B[p, j]
+	const int64_t len = col ? c.m : c.n;
+	const int64_t ms = col ? c.a.sr : c.b.sc; // the matrix's stride along the output
+	const int64_t ks = col ? c.a.sc : c.b.sr; // and along k
+	const int64_t vs = col ? c.b.sr : c.a.sc; // the vector's stride along k
+	const int64_t zs = col ? c.cr : 1;
+	for (int64_t bi = b0; bi < b1; bi++) {
+		const T *mat = col ? A + bi * c.a.sb : Bm + bi * c.b.sb;
+		const T *vec = col ? Bm + bi * c.b.sb : A + bi * c.a.sb;
+		T *z = C + bi * c.cb;
+		if (ms == 1 && zs == 1) {
+			if (!beta1) {
+				std::fill(z, z + len, T(0));
+			}
+			for (int64_t p = 0; p < c.k; p++) {
+				const T v = vec[p * vs];
+				const T *row = mat + p * ks;
+				for (int64_t i = 0; i < len; i++) {
+					z[i] = wadd(z[i], col ? wmul(row[i], v) : wmul(v, row[i]));
+				}
+			}
+			continue;
+		}
+		for (int64_t i = 0; i < len; i++) {
+			T acc = T(0);
+			for (int64_t p = 0; p < c.k; p++) {
+				acc = wadd(acc, col ? wmul(mat[i * ms + p * ks], vec[p * vs]) : wmul(vec[p * vs], mat[i * ms + p * ks]));
+			}
+			T &out = z[i * zs];
+			out = beta1 ? wadd(out, acc) : acc;
+		}
+	}
+}
+
 // C[b] (+)= A[b] * B[b] for a product with k = 1 and n = 1 (a column scaled by one element: 'abc,->abc') or
 // m = 1 (one element times a row): a loop over the vector, its unit strides spelled out so it vectorizes, split
 // over the threads by batches or, for one batch, by slices of the vector. As a GEMM with k = n = 1 it was one
@@ -898,13 +1023,16 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 	const bool vector = c.k == 1 && (c.m == 1 || c.n == 1) && c.m * c.n > kTinyGemm;
 	const bool dots = c.m == 1 && c.n == 1 && c.nb > 1 && c.k > kTinyGemm &&
 	                  ((c.a.sc == 1 && c.b.sr == 1) || (c.a.sb == 1 && c.b.sb == 1 && c.cb == 1));
+	const bool matvec = !tiny && !vector && !dots && c.nb > 1 && (c.n == 1 || c.m == 1) &&
+	                    c.m * c.n * c.k <= kSmallMatvec;
 	const double flops = c.flops * (is_complex_v<T> ? 4.0 : 1.0);
-	const double elements = static_cast<double>(c.nb * c.m * c.n) * (dots ? static_cast<double>(c.k) : 1.0);
-	int want = budget == nullptr          ? 1
-	           : tiny || vector || dots ? loop_threads_wanted(elements, budget->total())
-	                                    : gemm_threads_wanted(flops, budget->total());
-	if (tiny || vector || dots) { // no more tokens than pieces of work (an idle token keeps another call waiting)
-		const int64_t pieces = tiny ? c.nb
+	const double elements =
+	    static_cast<double>(c.nb * c.m * c.n) * (dots || matvec ? static_cast<double>(c.k) : 1.0);
+	int want = budget == nullptr                    ? 1
+	           : tiny || vector || dots || matvec ? loop_threads_wanted(elements, budget->total())
+	                                              : gemm_threads_wanted(flops, budget->total());
+	if (tiny || vector || dots || matvec) { // no more tokens than pieces of work (an idle one keeps a call waiting)
+		const int64_t pieces = tiny || matvec ? c.nb
 		                       : vector ? std::max<int64_t>(c.nb, c.n == 1 ? c.m : c.n)
 		                       : (c.a.sc == 1 && c.b.sr == 1 ? c.nb
 		                                                      : (c.nb + PairwiseRows<T>::kTile - 1) / PairwiseRows<T>::kTile);
@@ -924,6 +1052,14 @@ void contract_native(const Contraction &c, const T *x, const T *y, T *z, bool ac
 			scaled_vectors<T>(c, A, Bm, C, beta1, budget, got);
 			meter.add(2.0 * static_cast<double>(c.nb * c.m * c.n));
 		}
+	} else if (matvec) {
+		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
+			Meter meter(ctl);
+			if (!meter.stop()) {
+				matvec_batches<T>(c, A, Bm, C, b0, b1, beta1);
+				meter.add(2.0 * static_cast<double>(b1 - b0) * static_cast<double>(c.m * c.n * c.k));
+			}
+		});
 	} else if (tiny) {
 		parallel_chunks(budget, got, c.nb, [&](int64_t b0, int64_t b1) {
 			Meter meter(ctl);

@@ -357,12 +357,17 @@ class DuckDBExecutor:
                     self._lane.close()
 
     def _lane_con(self) -> duckdb.DuckDBPyConnection | None:
-        """The lane (made on first use); None when it cannot be made (the statement then runs here)."""
+        """The lane (made on first use); None when it cannot be made (the statement then runs here).
+
+        DuckDB runs the lane's statements on one thread, but its kernels get the session's thread budget: the
+        extension sizes its budget from ``threads`` when it is loaded, so the lane is opened with the
+        session's threads, loaded, then set to one thread. A one-row statement is one big kernel call as
+        often as a small one (a 1000^2 float64 GEMM: 26 ms on one thread, 13 ms on two)."""
         if self._lane is None:
             try:
                 config = {
                     "allow_unsigned_extensions": "true",
-                    "threads": "1",
+                    "threads": str(self.threads),
                     "memory_limit": f"{self.memory_limit}B",
                 }
                 lane = duckdb.connect(":memory:", config=config)
@@ -372,6 +377,7 @@ class DuckDBExecutor:
                 return None
             try:
                 udf_kernels.load(lane)
+                lane.execute("SET threads = 1")
                 self._set_kernel_limit(lane)
             except (udf_kernels.KernelLoadError, ExtensionError, duckdb.Error, OSError) as exc:
                 log.warning("tensorsql: no single-threaded lane for small calls: %s", exc)
@@ -936,11 +942,16 @@ class DuckDBExecutor:
         inline: list[bool] = []
         lend = self._sinks_available()
         uid = next(_ids)
+        # in a plan of one block per step every operand is read once: every operand is lent and inlined,
+        # whatever its size (the kernels read the caller's array; a view's scan, or a join of the row, would
+        # copy it). Elsewhere an inlined operand is read for every row of the other side: up to SLOT_BYTES
+        one_row = T.one_row(plan.tra)
         for k, op in enumerate(plan.operands):
             nbytes = math.prod(op.shape) * DTYPES[op.dtype].itemsize
             one_block = all(b >= n for b, n in zip(plan.block_shape(op), op.shape, strict=True))
-            inline.append(one_block and nbytes <= SLOT_BYTES)
-            if lend and nbytes <= BLOCK_SLOT_BYTES and all(op.shape):  # 0-d too; no empty array (0 bytes)
+            inline.append(one_block and (one_row or nbytes <= SLOT_BYTES))
+            small = nbytes <= BLOCK_SLOT_BYTES or (one_row and one_block)
+            if lend and small and all(op.shape):  # 0-d too; no empty array (0 bytes)
                 views.append(None)
                 slots.append(udf_sink.Slot(self.kernels))
             else:
@@ -976,7 +987,7 @@ class DuckDBExecutor:
             slot = st.slots[rel.index]
             assert slot is not None
             if st.inline[rel.index]:
-                key = exp.Cast(this=sqlgen.lit(slot.key), to=exp.DataType.build("BIGINT"))
+                key = exp.Cast(this=sqlgen.lit(slot.key), to=sqlgen.sql_type("BIGINT"))
                 return sqlgen.Scalar(sqlgen.call("tensor_source", key))
             op = plan.operands[rel.index]
             return sqlgen.slot_blocks(slot.key, rel.schema.keys, op.shape, plan.block_shape(op))

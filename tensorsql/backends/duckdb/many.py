@@ -97,7 +97,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
     def binder(plan: Plan) -> sqlgen.Bind:
         # in a plan of one block per step every read of an inlined operand is made once: inline any lent
         # one-block operand (elsewhere it would be copied for every row of the other side: up to SLOT_BYTES)
-        inline = BLOCK_SLOT_BYTES if _one_row(plan.tra) else SLOT_BYTES
+        inline = BLOCK_SLOT_BYTES if T.one_row(plan.tra) else SLOT_BYTES
 
         def bind(rel: T.Input) -> exp.Select | sqlgen.Scalar:
             op = plan.operands[rel.index]
@@ -105,7 +105,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
             block = plan.block_shape(op)
             nbytes = math.prod(op.shape) * DTYPES[op.dtype].itemsize
             if nbytes <= inline and all(b >= n for b, n in zip(block, op.shape, strict=True)):
-                cast = exp.Cast(this=sqlgen.lit(key), to=exp.DataType.build("BIGINT"))
+                cast = exp.Cast(this=sqlgen.lit(key), to=sqlgen.sql_type("BIGINT"))
                 return sqlgen.Scalar(sqlgen.call("tensor_source", cast))
             return sqlgen.slot_blocks(key, rel.schema.keys, op.shape, block)
 
@@ -136,11 +136,6 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
         stage_tables={table.lower() for table in stage_tables},
     )
     return _runner(ex, m)
-
-
-def _one_row(root: T.Rel) -> bool:
-    """Whether every step of the plan is one block (each relation one row)."""
-    return all(rel.schema.nblocks(k) == 1 for rel in T.nodes(root) for k in rel.schema.keys)
 
 
 def text(run: ManyRun) -> str:

@@ -11,6 +11,7 @@ contraction is one ``SELECT keys, tensor_einsum_agg(spec, join, agg, dtype, x.te
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -30,6 +31,17 @@ from tensorsql.ir.ops import AGG_FUNCS
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+@functools.lru_cache(maxsize=64)
+def _type_proto(text: str) -> exp.DataType:
+    return exp.DataType.build(text)
+
+
+def sql_type(text: str) -> exp.DataType:
+    """A SQL type node (``INTEGER``, ``BIGINT[]``, ...), parsed once per spelling: a plan's statement casts
+    hundreds of keys, and sqlglot parses the type's text on every ``DataType.build``."""
+    return _type_proto(text).copy()
+
+
 def ident(name: str) -> exp.Identifier:
     return exp.to_identifier(name, quoted=True)
 
@@ -47,10 +59,10 @@ def lit(value: int | float | str) -> exp.Expression:
         raise TypeError(f"a SQL literal must be a str, int or float, got {type(value).__name__}")
     value = int(value) if isinstance(value, int | np.integer) else float(value)
     if isinstance(value, float) and not math.isfinite(value):  # 'nan', 'inf', '-inf': DuckDB's spelling
-        return exp.Cast(this=exp.Literal.string(str(value)), to=exp.DataType.build("DOUBLE"))
+        return exp.Cast(this=exp.Literal.string(str(value)), to=sql_type("DOUBLE"))
     if isinstance(value, float) and value == 0 and math.copysign(1.0, value) < 0:
         # DuckDB reads the number -0.0 as a DECIMAL, which has no negative zero: the text keeps the sign
-        return exp.Cast(this=exp.Literal.string("-0.0"), to=exp.DataType.build("DOUBLE"))
+        return exp.Cast(this=exp.Literal.string("-0.0"), to=sql_type("DOUBLE"))
     if isinstance(value, int) and value < 0:
         return exp.Neg(this=exp.Literal.number(-value))
     return exp.Literal.number(value)
@@ -63,7 +75,7 @@ def call(name: str, *args: exp.Expression) -> exp.Expression:
 def array(items: list[exp.Expression]) -> exp.Expression:
     # an empty list literal has no element type in DuckDB; cast it so kernels see BIGINT[]
     if not items:
-        return exp.Cast(this=exp.Array(expressions=[]), to=exp.DataType.build("BIGINT[]"))
+        return exp.Cast(this=exp.Array(expressions=[]), to=sql_type("BIGINT[]"))
     return exp.Array(expressions=items)
 
 
@@ -151,7 +163,7 @@ def _failure(
 ) -> exp.Expression:
     """error(about || '[k0, k1] ' || number): the failing key and its byte count or row count. ``keys``: the
     key columns (``listed``), or one expression that is the key's list already."""
-    text = exp.DataType.build("VARCHAR")
+    text = sql_type("VARCHAR")
     key: exp.Expression = lit("[]")
     if keys:
         key = exp.Cast(this=exp.Array(expressions=[k.copy() for k in keys]) if listed else keys[0], to=text)
@@ -165,7 +177,7 @@ def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) ->
     before a kernel sees the block, so the error is this one, not the kernel's."""
     s = scan.schema
     cols = dict(zip(s.keys, keys, strict=True))
-    extents = [extent(s, k, exp.Cast(this=cols[k].copy(), to=exp.DataType.build("BIGINT"))) for k in s.keys]
+    extents = [extent(s, k, exp.Cast(this=cols[k].copy(), to=sql_type("BIGINT"))) for k in s.keys]
     need: exp.Expression = lit(DTYPES[s.dtype].itemsize * math.prod(int(e.name) for e in extents if e.is_int))
     for e in extents:
         if not e.is_int:
@@ -178,7 +190,7 @@ def checked(scan: T.Scan, keys: list[exp.Expression], tensor: exp.Expression) ->
         copy=False,
     )
     failed = _failure(lit(_about(scan, "block")), keys, call("octet_length", tensor.copy()))
-    return _case(ok, tensor.copy(), exp.Cast(this=failed, to=exp.DataType.build("BLOB")))
+    return _case(ok, tensor.copy(), exp.Cast(this=failed, to=sql_type("BLOB")))
 
 
 def _keys_of(index: int, scan: T.Scan, rank: int) -> exp.Select:
@@ -187,7 +199,7 @@ def _keys_of(index: int, scan: T.Scan, rank: int) -> exp.Select:
     s = scan.schema
     keys: list[exp.Expression] = [exp.column(k, quoted=True) for k in s.keys]
     in_grid = _in_grid(scan, keys)
-    keys += [exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for _ in range(rank - len(keys))]
+    keys += [exp.Cast(this=lit(0), to=sql_type("INTEGER")) for _ in range(rank - len(keys))]
     cells = [lit(index), *keys, exp.true() if in_grid is None else in_grid]
     names = ["t", *(f"k{d}" for d in range(rank)), "ok"]
     aliased = [exp.alias_(c, ident(n), copy=False) for c, n in zip(cells, names, strict=True)]
@@ -248,7 +260,7 @@ def _one_block(scan: T.Scan, row: GuardCells) -> exp.Select:
         found = exp.Not(this=exp.Is(this=col("c", "bad"), expression=exp.Null()))
         bad = exp.or_(bad, found, copy=False)
         number = _case(found.copy(), lit(1), number)
-        zeros = exp.Array(expressions=[exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for _ in keys])
+        zeros = exp.Array(expressions=[exp.Cast(this=lit(0), to=sql_type("INTEGER")) for _ in keys])
         key = [call("coalesce", col("c", "bad"), zeros)]
     failed = _failure(lit(_about(scan, "keys")), key, number, listed=False)
     counted = exp.select(*cells, copy=False).from_(exp.Table(this=ident(scan.table)), copy=False)
@@ -361,7 +373,7 @@ class Scalar:
 
 
 def _zero() -> exp.Expression:
-    return exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER"))
+    return exp.Cast(this=lit(0), to=sql_type("INTEGER"))
 
 
 #: one-row sides computed in the statement whose blocks are at most this many bytes are paired by CROSS JOIN
@@ -442,12 +454,12 @@ def slot_blocks(
     cols: list[exp.Expression] = []
     starts: list[exp.Expression] = []
     extents: list[exp.Expression] = []
-    bigint = exp.DataType.build("BIGINT")
+    bigint = sql_type("BIGINT")
     for d, (name, n, b) in enumerate(zip(keys, shape, block, strict=True)):
         after = math.prod(grid[d + 1 :])
         k = row.copy() if after == 1 else exp.IntDiv(this=row.copy(), expression=lit(after))
         k = exp.Mod(this=exp.Paren(this=k), expression=lit(grid[d])) if d else k
-        cols.append(exp.alias_(exp.Cast(this=k, to=exp.DataType.build("INTEGER")), ident(name)))
+        cols.append(exp.alias_(exp.Cast(this=k, to=sql_type("INTEGER")), ident(name)))
         start = exp.Mul(this=exp.Paren(this=k.copy()), expression=lit(b))
         starts.append(exp.Cast(this=start, to=bigint))
         extents.append(call("least", lit(b), exp.Sub(this=lit(n), expression=start.copy())))
@@ -766,7 +778,7 @@ class _Builder:
         elif isinstance(rel, T.MapBlocks):
             args = [lit(rel.fn), lit(s.dtype), self.passed(child, sc)]
             if rel.param is not None:
-                args.append(exp.Cast(this=lit(float(rel.param)), to=exp.DataType.build("DOUBLE")))
+                args.append(exp.Cast(this=lit(float(rel.param)), to=sql_type("DOUBLE")))
             tensor = call("tensor_map", *args)
         elif isinstance(rel, T.CastBlocks):
             tensor = call("tensor_cast", self.passed(child, sc), lit(c.dtype), lit(s.dtype))
@@ -785,7 +797,7 @@ class _Builder:
         srcs = [self.src(child, f"x{i}", True) for i, child in enumerate(rel.children)]
         shapes = [lit(child.schema.sizes[k]) for child in rel.children for k in child.schema.blob]
         q = _from(*srcs, cross=all(_small_computed(child, self.computed) for child in rel.children))
-        keys = {k: exp.Cast(this=lit(0), to=exp.DataType.build("INTEGER")) for k in rel.schema.keys}
+        keys = {k: exp.Cast(this=lit(0), to=sql_type("INTEGER")) for k in rel.schema.keys}
         if not self.lowering.einsum_path:
             return Row(q, keys, _nested_steps(rel, [src.tensor() for src in srcs]))
         tensor = call(
@@ -916,7 +928,7 @@ class _Builder:
                 continue
             bt = dst.blocks[lab]
             lo_glob, hi_glob = _source_span(src, lab)
-            as_int = exp.Cast(this=tk.copy(), to=exp.DataType.build("INTEGER"))
+            as_int = exp.Cast(this=tk.copy(), to=sql_type("INTEGER"))
             keys[lab] = as_int if lead[i] in ranged else tk.copy()
             t_lo = exp.Mul(this=tk.copy(), expression=lit(bt))
             t_end = exp.Paren(this=exp.Add(this=tk.copy(), expression=lit(1)))
@@ -961,7 +973,7 @@ class _Builder:
                 continue
             ratio = bt // bs
             tk = exp.Cast(
-                this=exp.IntDiv(this=ck.copy(), expression=lit(ratio)), to=exp.DataType.build("INTEGER")
+                this=exp.IntDiv(this=ck.copy(), expression=lit(ratio)), to=sql_type("INTEGER")
             )
             keys[lab] = tk
             offset.append(
@@ -1153,7 +1165,7 @@ def dense_grid(schema: T.Schema, blocks: exp.Expression) -> exp.Select:
     zeros = call("tensor_zeros", lit(schema.dtype), array(extents))
     dense = exp.select(
         *[
-            exp.alias_(exp.Cast(this=col(f"g{d}", "k"), to=exp.DataType.build("INTEGER")), ident(k))
+            exp.alias_(exp.Cast(this=col(f"g{d}", "k"), to=sql_type("INTEGER")), ident(k))
             for d, k in enumerate(schema.keys)
         ],
         exp.alias_(call("coalesce", col("b", "tensor"), zeros), ident("tensor")),
@@ -1219,7 +1231,7 @@ def _positional(small: Src, big: Src, rows: exp.Expression) -> exp.Select:
 def _sink_key(key: int) -> exp.Expression:
     """The sink's key, a literal: a reusable slot the executor points at each run's result array, so the
     statement's text stays the same from one run to the next."""
-    return exp.Cast(this=lit(key), to=exp.DataType.build("BIGINT"))
+    return exp.Cast(this=lit(key), to=sql_type("BIGINT"))
 
 
 def _starts(schema: T.Schema, cols: dict[str, exp.Expression]) -> exp.Expression:
