@@ -329,7 +329,9 @@ class CostModel:
     #: DuckDB to split a scan), so the join term is not divided over the workers
     serial_join: bool = False
     #: seconds per byte to assemble a graph output whose blocks are not row slabs into one array (row
-    #: slabs reach numpy without a copy); 0: results are not assembled (the paper's model)
+    #: slabs reach numpy without a copy), and to gather the blocks of an input free to split (one without a
+    #: stored layout: an array operand) that a step reads split otherwise than in row slabs (row slabs of an
+    #: array are read in place); 0: neither costs anything (the paper's model)
     assemble_byte: float = 0.0
     #: a kernel call with this many flops per worker or more splits itself over the workers (the kernels'
     #: threaded GEMM, udf_kernels/src/gemm.cpp); 0: a call always runs on one worker

@@ -165,6 +165,31 @@ def _assemble_vector(e: EinSum, D: np.ndarray, cm: CostModel | None) -> np.ndarr
     return split_later * (numel * cm.itemsize * cm.assemble_byte)
 
 
+def _gather_terms(shape: tuple[int, ...], ev: EinSum, k: int, Dv: np.ndarray, cm: CostModel | None) -> np.ndarray:
+    """Seconds to gather an input free to split (no stored layout: an array operand) into the blocks operand
+    k of ``ev`` reads it in, per row of Dv: one copy of the tensor (``CostModel.assemble_byte``) unless the
+    blocks are row slabs (only its first dimension longer than 1 split), which are read in place."""
+    if cm is None or cm.assemble_byte == 0:
+        return np.zeros(len(Dv))
+    T = Dv[:, list(_index(ev).ops[k])]
+    lead = next((d for d, n in enumerate(shape) if n > 1), None)
+    others = [d for d in range(len(shape)) if d != lead]
+    if not others:
+        return np.zeros(len(Dv))
+    gathered = (T[:, others] > 1).any(axis=1)
+    numel = float(np.prod(np.asarray(shape, dtype=np.float64)))
+    return gathered * (numel * cm.itemsize * cm.assemble_byte)
+
+
+@lru_cache(maxsize=4096)
+def _gather_vector(
+    shape: tuple[int, ...], ev: EinSum, k: int, p: int, cm: CostModel | None, max_block: int | None
+) -> np.ndarray:
+    vec = _gather_terms(shape, ev, k, _domain(ev, p, max_block), cm)
+    vec.setflags(write=False)
+    return vec
+
+
 def _leading_nudge(e: EinSum, D: np.ndarray, unary: np.ndarray) -> np.ndarray | float:
     """Among equal-cost splits of a graph output, prefer those on its leading dimensions: the result's
     blocks are then row slabs, which reach numpy without a copy. The nudge (1e-9 of the vertex's cheapest
@@ -327,6 +352,10 @@ def _build_plan(
                     repart += float(_input_vector(u.shape, u.layout, e, k, p, cm, max_block)[i])
                 else:
                     repart += float(_input_terms(u.shape, u.layout, e, k, d, cm)[0])
+            elif i is not None:  # an input free to split, read in blocks that are not row slabs: gathered
+                repart += float(_gather_vector(u.shape, e, k, p, cm, max_block)[i])
+            else:
+                repart += float(_gather_terms(u.shape, e, k, d, cm)[0])
         b["repart"] = repart
         b["total"] = b["join"] + b["agg"] + b["repart"] + b["compute"]
         if not graph.consumers(v):
@@ -480,12 +509,14 @@ class _Problem:
             else _local_vector(v.einsum, p, cm, max_block)
             for v, d in zip(self.verts, self.D, strict=True)
         ]
-        for i, v in enumerate(self.verts):  # inputs stored in a layout of their own: a term of the reader
+        for i, v in enumerate(self.verts):  # reading an input (re-split or gathered): a term of the reader
             for k, u in enumerate(v.inputs):
                 if u.einsum is None and u.layout is not None:
                     self.unary[i] = self.unary[i] + _input_vector(
                         u.shape, u.layout, v.einsum, k, p, cm, max_block
                     )
+                elif u.einsum is None and cm is not None and cm.assemble_byte:
+                    self.unary[i] = self.unary[i] + _gather_vector(u.shape, v.einsum, k, p, cm, max_block)
         self.nudge = [
             _leading_nudge(v.einsum, d, u) if v in outputs else 0.0
             for v, d, u in zip(self.verts, self.D, self.unary, strict=True)
