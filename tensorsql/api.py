@@ -334,7 +334,7 @@ def _entry(s: Session, call_args: list[object], key: Hashable | None, **kw: obje
     """The cached plan of a call; its ``extra`` is the parsed subscripts (for numpy's result layout)."""
     entry = s.plans.get(key) if key is not None else None
     if entry is None:
-        rel = s.einsum(*call_args, copy=False, **kw)  # type: ignore[arg-type]
+        rel = s.einsum(*call_args, copy=False, cache=False, **kw)  # type: ignore[arg-type]
         entry = Entry(tuple(rel.bindings), rel.plan(), _parsed(call_args))
         if key is not None:
             s.plans.put(key, entry)

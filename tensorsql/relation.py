@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import weakref
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,7 @@ from tensorsql.ir import blocking
 from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
+    from tensorsql.compile.cache import GraphEntry
     from tensorsql.compile.plan import Plan
     from tensorsql.compile.planning import PlanOptions
     from tensorsql.session import Session
@@ -32,7 +34,7 @@ class TensorRelation:
     (``E.Operand`` leaves) stand for.
     """
 
-    __slots__ = ("__weakref__", "_plan", "bindings", "node", "options", "session")
+    __slots__ = ("__weakref__", "_cache", "_plan", "bindings", "node", "options", "session")
 
     def __init__(
         self,
@@ -40,17 +42,32 @@ class TensorRelation:
         node: E.Node,
         bindings: dict[E.Operand, np.ndarray] | None = None,
         options: PlanOptions | None = None,
+        *,
+        cache: GraphEntry | None = None,
     ) -> None:
         self.session = session
         self.node = node
         self.bindings = bindings or {}
         self.options = options
         self._plan: Plan | None = None
+        #: the cached call this relation's graph came from: its plan is made once for all of them
+        self._cache = cache
 
     def plan(self) -> Plan:
-        """The plan this relation runs with (computed once)."""
+        """The plan this relation runs with (computed once; once per cached call for an einsum's)."""
         if self._plan is None:
-            self._plan = self.session.plan(self.node, self.options)
+            cache = self._cache
+            key = (self.session.strategy, self.session.p)
+            plan = cache.plans.get(key) if cache is not None else None
+            if plan is None:
+                plan = self.session.plan(self.node, self.options)
+                if cache is not None:
+                    cache.plans[key] = plan
+            self._plan = plan
+            let_go = getattr(self.session.executor, "let_go", None)
+            if cache is not None and let_go is not None:  # the cache outlives us: our kept arrays must not
+                arrays = tuple(id(a) for a in self.bindings.values())
+                weakref.finalize(self, let_go, plan, arrays)
         return self._plan
 
     @property

@@ -15,7 +15,7 @@ import os
 import re
 import sys
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from tensorsql import metadata
 from tensorsql.backends import arrow
 from tensorsql.backends.base import Executor
 from tensorsql.compile import planning
-from tensorsql.compile.cache import PlanCache
+from tensorsql.compile.cache import GraphEntry, LRUCache, PlanCache, hashable
 from tensorsql.compile.plan import Plan, explain
 from tensorsql.dtypes import CARRIED, DTYPES, carrier_dtype, dtype_name
 from tensorsql.errors import (
@@ -80,6 +80,8 @@ class Session:
         self._read_at: weakref.WeakKeyDictionary[E.Node, int] = weakref.WeakKeyDictionary()
         self._checked_at: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self.plans = PlanCache()
+        #: lazy ``einsum`` calls over arrays seen before: key -> their graph, leaves, options and plans
+        self._graphs: LRUCache[GraphEntry] = LRUCache()
         self._reordered: weakref.WeakKeyDictionary[Plan, tuple[Plan, tuple[int, ...]] | None] = (
             weakref.WeakKeyDictionary()
         )
@@ -334,6 +336,13 @@ class Session:
                 f"Python's recursion limit of {sys.getrecursionlimit()}): materialize() an intermediate "
                 "relation and build on it"
             ) from exc
+
+    def clear_cache(self) -> None:
+        """Forgets every cached call (``ts.einsum``'s and lazy ``einsum``'s): their plans, and the prepared
+        statements and slots the executor keeps for them, go once no relation holds them."""
+        self.require_open("clear_cache")
+        self.plans.clear()
+        self._graphs.clear()
 
     def explain(self, plan: Plan) -> str:
         self.require_open("explain")
@@ -603,15 +612,14 @@ class Session:
             raise ShapeError("compute takes a list of relations")
         rels = [self._own(r, "compute") for r in rels]
         bindings: dict[E.Operand, np.ndarray] = {}
-        for r in rels:
-            bindings.update(r.bindings)
+        roots = [_merged(bindings, r) for r in rels]
         done: dict[E.Node, E.Node] = {}
-        for node in shared_steps([r.node for r in rels]):  # a shared step reads the shared steps below it
+        for node in shared_steps(roots):  # a shared step reads the shared steps below it
             rel = TensorRelation(self, E.substitute(node, done), bindings)
             done[node] = self.materialize(rel).node
         out = []
-        for r in rels:
-            rel = TensorRelation(self, E.substitute(r.node, done), bindings, r.options)
+        for r, root in zip(rels, roots, strict=True):
+            rel = TensorRelation(self, E.substitute(root, done), bindings, r.options)
             out.append(self.materialize(rel) if store else rel.numpy())
         return out
 
@@ -852,6 +860,7 @@ class Session:
         blocks: dict[object, int] | None = None,
         copy: bool = True,
         casting: str = "safe",
+        cache: bool = True,
     ) -> TensorRelation:
         """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (README "Extended
         EinSum"). ``dtype=``/``casting=`` as numpy's; a bool or float16 array operand (no tensor has those
@@ -864,14 +873,17 @@ class Session:
         as they are then (change one and the next run computes with the change; change it while a run
         reads it and that run's result is undefined). With the default, the relation has its own
         read-only copies, and every run gives the same result.
+
+        ``cache``: a call over arrays alone keeps its graph and plan for the next call of the same
+        subscripts, operand shapes, dtypes and options (``Session._graphs``, least recently used first out),
+        so ``s.einsum(...).numpy()`` in a loop plans once; False plans this relation on its own.
         """
         self.require_open("einsum")
         _flag(copy, "einsum", "copy")
+        _flag(cache, "einsum", "cache")
         options = planning.PlanOptions(strategy)  # validated here, once
         frontend.check_casting(casting)
         inputs, output, operands = split_args(args)
-        nodes: list[E.Node] = []
-        bindings: dict[E.Operand, np.ndarray] = {}
         arrays = {
             i: as_array(op, f"operand {i}")
             for i, op in enumerate(operands)
@@ -881,27 +893,48 @@ class Session:
         if any(a.dtype.name in CARRIED for a in arrays.values()):  # numpy's promotion, in a carried dtype
             kinds = [arrays[i].dtype if i in arrays else op.dtype for i, op in enumerate(operands)]
             promoted = np.result_type(*kinds)
+        names: dict[int, str] = {}
         for i, op in enumerate(operands):
             if isinstance(op, TensorRelation):
                 if op.session is not self:
                     raise ShapeError("operand belongs to another session; save it and open it with table()")
-                nodes.append(op.node)
-                bindings.update(op.bindings)
             else:
                 arr = arrays[i]
-                name = carrier_dtype(promoted) if arr.dtype.name in CARRIED else dtype_name(arr.dtype)
-                try:
-                    arr = arr.astype(DTYPES[name], copy=copy)
-                except MemoryError as exc:  # a broadcast view of 8 bytes may be 512 GiB copied
-                    nbytes = arr.size * DTYPES[name].itemsize
-                    raise OutOfMemoryError(
-                        f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
-                    ) from exc
-                if copy:  # the relation's own: nobody changes it (a cluster keeps it on the workers)
-                    arrow.own(arr)
-                leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name=f"operand{i}")
-                nodes.append(leaf)
-                bindings[leaf] = arr
+                names[i] = carrier_dtype(promoted) if arr.dtype.name in CARRIED else dtype_name(arr.dtype)
+        # a call seen before (the same subscripts, operand shapes and dtypes, relations and options) reuses its
+        # graph: no parsing, path search or graph building, and its plan is cached with the graph's nodes
+        key = self._einsum_key(inputs, output, operands, arrays, names, optimize, dtype, join, agg, casting,
+                               strategy, blocks)  # fmt: skip
+        # only calls over arrays alone: a graph over a relation would keep the relation's tables alive
+        if not cache or any(isinstance(op, TensorRelation) for op in operands):
+            key = None
+        cached = self._graphs.get(key) if key is not None else None
+        leaves: list[E.Operand | None] = []
+        nodes: list[E.Node] = []
+        bindings: dict[E.Operand, np.ndarray] = {}
+        for i, op in enumerate(operands):
+            if isinstance(op, TensorRelation):
+                nodes.append(_merged(bindings, op))
+                leaves.append(None)
+                continue
+            arr = arrays[i]
+            name = names[i]
+            try:
+                arr = arr.astype(DTYPES[name], copy=copy)
+            except MemoryError as exc:  # a broadcast view of 8 bytes may be 512 GiB copied
+                nbytes = arr.size * DTYPES[name].itemsize
+                raise OutOfMemoryError(
+                    f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
+                ) from exc
+            if copy:  # the relation's own: nobody changes it (a cluster keeps it on the workers)
+                arrow.own(arr)
+            cached_leaf = cached.leaves[i] if cached is not None else None
+            leaf = cached_leaf or E.Operand(shape=arr.shape, dtype=arr.dtype.name, name=f"operand{i}")
+            nodes.append(leaf)
+            leaves.append(leaf)
+            bindings[leaf] = arr
+        if cached is not None:
+            return TensorRelation(self, cached.node, bindings, cached.options, cache=cached)
         sub = parse(inputs, output, [n.shape for n in nodes])
         if blocks is not None:
             options = planning.PlanOptions(strategy, tuple(_label_parts(blocks, sub.sizes).items()))
@@ -914,7 +947,32 @@ class Session:
             dtype=dtype,
             casting=casting,
         )
-        return TensorRelation(self, node, bindings, options)
+        entry = None
+        if key is not None:
+            entry = self._graphs.put(key, GraphEntry(node, tuple(leaves), options))
+        return TensorRelation(self, node, bindings, options, cache=entry)
+
+    @staticmethod
+    def _einsum_key(
+        inputs: list[list[object]],
+        output: list[object] | None,
+        operands: list[object],
+        arrays: dict[int, np.ndarray],
+        names: dict[int, str],
+        *options: object,
+    ) -> Hashable | None:
+        """The key of a lazy einsum call's graph: its subscripts, each array operand's shape and dtype, each
+        relation operand's node (by identity), and the options; None when an option has no stable value (an
+        optimizer object): such calls are not cached."""
+        opts = hashable(list(options))
+        if opts is None:
+            return None
+        ops = tuple(
+            (arrays[i].shape, names[i]) if i in arrays else op.node  # type: ignore[attr-defined]
+            for i, op in enumerate(operands)
+        )
+        terms = tuple(tuple(t) for t in inputs)
+        return ("einsum", terms, None if output is None else tuple(output), ops, opts)
 
     def map(self, rel: object, fn: str, param: float | None = None) -> TensorRelation:
         """An element-wise function of every element (exp, log, sqrt, relu, neg, abs, pow, scale, ...)."""
@@ -1187,6 +1245,12 @@ class Compiled:
         for j, rel in enumerate(outs):
             if not isinstance(rel, TensorRelation) or rel.session is not session:
                 raise ShapeError(f"compile: output {j} must be a relation of this session")
+        merged: dict[E.Operand, np.ndarray] = {}
+        for j, rel in enumerate(outs):  # outputs of one cached call with other arrays: fresh leaves
+            node = _merged(merged, rel)
+            if node is not rel.node:
+                bound = {n: merged[n] for n in E.topological(node) if isinstance(n, E.Operand) and n in merged}
+                outs[j] = TensorRelation(session, node, bound, rel.options)
         #: shared steps, each run before the outputs into the placeholder that stands for it
         self._stages: list[tuple[Plan, dict[E.Operand, np.ndarray], E.Operand]] = []
         #: the whole graph as one run (``Executor.many``) and the arrays bound in it; None: plan by plan
@@ -1387,6 +1451,22 @@ def as_array(value: object, what: str) -> np.ndarray:
         return np.asarray(value)
     except (ValueError, TypeError) as exc:
         raise ShapeError(f"{what}: cannot make an array of {type(value).__name__}: {exc}") from exc
+
+
+def _merged(bindings: dict[E.Operand, np.ndarray], rel: TensorRelation) -> E.Node:
+    """``rel``'s node, its bindings added to ``bindings``. Relations made from one cached call share their
+    graph (``Session.einsum``), so two of them bind the same leaves to different arrays: where a leaf is
+    bound already to another array, ``rel``'s graph is rebuilt over fresh leaves and those are bound."""
+    clash = [leaf for leaf, arr in rel.bindings.items() if leaf in bindings and bindings[leaf] is not arr]
+    if not clash:
+        bindings.update(rel.bindings)
+        return rel.node
+    fresh: dict[E.Node, E.Node] = {
+        leaf: E.Operand(shape=leaf.shape, dtype=leaf.dtype, name=leaf.name) for leaf in clash
+    }
+    for leaf, arr in rel.bindings.items():
+        bindings[fresh.get(leaf, leaf)] = arr  # type: ignore[index]
+    return E.substitute(rel.node, fresh)
 
 
 def _label_parts(blocks: dict[object, int], sizes: dict[int, int]) -> dict[int, int]:

@@ -1,8 +1,11 @@
-"""The plan cache: repeated calls of one shape skip parsing, planning, lowering and SQL generation.
+"""The plan caches: repeated calls of one shape skip parsing, planning, lowering and SQL generation.
 
-Keyed by (equation, operand shapes, dtypes, blockings, options); an entry holds the graph's array-operand
-leaves in operand order and the finished plan, so a hit only binds the new arrays to the plan's leaves. The
-executor keeps its own per-plan state (generated and prepared statements) for as long as the plan lives here.
+``ts.einsum``'s cache is keyed by (equation, operand shapes, dtypes, blockings, options); an entry holds the
+graph's array-operand leaves in operand order and the finished plan, so a hit only binds the new arrays to the
+plan's leaves. A session caches the graphs of its lazy ``einsum`` calls the same way, and the plan of each
+graph node (by identity) with its options, so a lazy relation made again from the same call runs its cached
+plan. The executor keeps its own per-plan state (generated and prepared statements) for as long as the plan
+lives here.
 """
 
 from __future__ import annotations
@@ -10,7 +13,8 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from tensorsql.compile.plan import Plan
 from tensorsql.ir import expr as E
@@ -29,17 +33,32 @@ class Entry:
     extra: Hashable = None
 
 
-class PlanCache:
-    """A bounded LRU map from call keys to ``Entry``; thread-safe."""
+@dataclass(eq=False)
+class GraphEntry:
+    """A lazy einsum call's graph over arrays alone: the node, the Operand leaf of each operand (None for a
+    relation), the plan options, and the plans made of it so far, by (strategy, p). Relations made from the
+    entry share its graph and bind its leaves to their own arrays."""
+
+    node: E.Node
+    leaves: tuple[E.Operand | None, ...]
+    options: object
+    plans: dict[tuple[str, int], Plan] = field(default_factory=dict)
+
+
+V = TypeVar("V")
+
+
+class LRUCache(Generic[V]):
+    """A bounded LRU map from hashable keys to values; thread-safe."""
 
     def __init__(self, size: int = CACHE_SIZE) -> None:
         self.size = size
-        self._entries: OrderedDict[Hashable, Entry] = OrderedDict()
+        self._entries: OrderedDict[Hashable, V] = OrderedDict()
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
-    def get(self, key: Hashable) -> Entry | None:
+    def get(self, key: Hashable) -> V | None:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -49,7 +68,7 @@ class PlanCache:
             self.hits += 1
             return entry
 
-    def put(self, key: Hashable, entry: Entry) -> Entry:
+    def put(self, key: Hashable, entry: V) -> V:
         with self._lock:
             self._entries[key] = entry
             self._entries.move_to_end(key)
@@ -57,7 +76,7 @@ class PlanCache:
                 self._entries.popitem(last=False)
         return entry
 
-    def get_or_build(self, key: Hashable, build: Callable[[], Entry]) -> Entry:
+    def get_or_build(self, key: Hashable, build: Callable[[], V]) -> V:
         entry = self.get(key)
         return entry if entry is not None else self.put(key, build())
 
@@ -67,6 +86,10 @@ class PlanCache:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class PlanCache(LRUCache[Entry]):
+    """Calls' keys to their ``Entry`` (leaves and plan)."""
 
 
 def hashable(value: object) -> Hashable | None:
@@ -86,4 +109,4 @@ def hashable(value: object) -> Hashable | None:
     return None
 
 
-__all__ = ["CACHE_SIZE", "Entry", "PlanCache", "hashable"]
+__all__ = ["CACHE_SIZE", "Entry", "GraphEntry", "LRUCache", "PlanCache", "hashable"]

@@ -423,6 +423,23 @@ class DuckDBExecutor:
         """Unregisters an uploaded view (finalizers call this, on any thread: ``locking``)."""
         self._lock.run_or_queue(self._release_held, name)
 
+    def let_go(self, plan: Plan, arrays: tuple[int, ...]) -> None:
+        """A relation that kept its arrays bound to ``plan`` between runs (``keep``) is gone, while the plan
+        lives on in a cache: its arrays (``id``s), where still bound, are unbound (views unregistered, slots
+        emptied), so the cache holds no user array. A finalizer calls this, on any thread (``locking``)."""
+        ref = weakref.ref(plan)
+        key = f"let_go {id(plan)}"
+
+        def unbind(_: str) -> None:
+            live = ref()
+            st = self._statements.get(live) if live is not None else None
+            if st is None or self.closed or self._after_transaction(unbind, key):
+                return
+            if any(b is not None and id(b) in arrays for b in st.bound):
+                self._unbind(st)
+
+        self._lock.run_or_queue(unbind, key)
+
     def _release_held(self, name: str) -> None:
         if self._after_transaction(self._release_held, name):
             return
