@@ -901,7 +901,7 @@ class Session:
             else:
                 arr = arrays[i]
                 names[i] = carrier_dtype(promoted) if arr.dtype.name in CARRIED else dtype_name(arr.dtype)
-        # a call seen before (the same subscripts, operand shapes and dtypes, relations and options) reuses its
+        # a call seen before (the same subscripts, operand shapes and dtypes, and options) reuses its
         # graph: no parsing, path search or graph building, and its plan is cached with the graph's nodes
         key = self._einsum_key(inputs, output, operands, arrays, names, optimize, dtype, join, agg, casting,
                                strategy, blocks)  # fmt: skip
@@ -1249,7 +1249,8 @@ class Compiled:
         for j, rel in enumerate(outs):  # outputs of one cached call with other arrays: fresh leaves
             node = _merged(merged, rel)
             if node is not rel.node:
-                bound = {n: merged[n] for n in E.topological(node) if isinstance(n, E.Operand) and n in merged}
+                leaves = [n for n in E.topological(node) if isinstance(n, E.Operand)]
+                bound = {n: merged[n] for n in leaves if n in merged}
                 outs[j] = TensorRelation(session, node, bound, rel.options)
         #: shared steps, each run before the outputs into the placeholder that stands for it
         self._stages: list[tuple[Plan, dict[E.Operand, np.ndarray], E.Operand]] = []
