@@ -58,6 +58,8 @@ GEMM_ORDER_BYTES = 1 << 20
 _shared_ids = itertools.count()
 
 
+#: compiled functions a session keeps (``Session.compiled``)
+COMPILED_CACHE_SIZE = 32
 #: Python's recursion limit while sessions exist: planning and lowering walk an expression graph
 #: recursively, ~10 frames per layer of a network's gradient (its default, 1000, stopped at ~40 layers)
 RECURSION_LIMIT = 20_000
@@ -82,6 +84,9 @@ class Session:
         self.plans = PlanCache()
         #: lazy ``einsum`` calls over arrays seen before: key -> their graph, leaves, options and plans
         self._graphs: LRUCache[GraphEntry] = LRUCache()
+        #: compiled functions over placeholders alone that callers key by what determines them (``ml.fit``'s
+        #: training step per model structure, optimizer and batch shape)
+        self.compiled: LRUCache[object] = LRUCache(COMPILED_CACHE_SIZE)
         self._reordered: weakref.WeakKeyDictionary[Plan, tuple[Plan, tuple[int, ...]] | None] = (
             weakref.WeakKeyDictionary()
         )
@@ -338,11 +343,13 @@ class Session:
             ) from exc
 
     def clear_cache(self) -> None:
-        """Forgets every cached call (``ts.einsum``'s and lazy ``einsum``'s): their plans, and the prepared
-        statements and slots the executor keeps for them, go once no relation holds them."""
+        """Forgets every cached call (``ts.einsum``'s, lazy ``einsum``'s, ``fit``'s compiled steps): their
+        plans, and the prepared statements and slots the executor keeps for them, go once no relation holds
+        them."""
         self.require_open("clear_cache")
         self.plans.clear()
         self._graphs.clear()
+        self.compiled.clear()
 
     def explain(self, plan: Plan) -> str:
         self.require_open("explain")

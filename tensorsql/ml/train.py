@@ -25,6 +25,7 @@ import pyarrow as pa
 from sqlglot import exp
 
 from tensorsql.autodiff import grad
+from tensorsql.compile.cache import hashable
 from tensorsql.errors import ConfigError, DTypeError, ShapeError
 from tensorsql.frontend import wide
 from tensorsql.metadata import fold, is_reserved
@@ -198,13 +199,14 @@ def fit(
                         x, y = xs[at : at + batch_size], ys[at : at + batch_size]
                         total += stepper.step(x, model.targets(y)) * len(y)
                         bar.advance(f"epoch {epoch + 1}/{epochs}")
-                stepper.sync()  # the epoch's weights and state as relations (the checkpoint saves them)
                 history.losses.append(total / n)
                 history.ran += 1
                 bar.note(f"epoch {epoch + 1}/{epochs}: loss {history.losses[-1]:.6g}")
                 if ck is not None:
+                    stepper.sync()  # the epoch's weights and state as relations, which the checkpoint saves
                     ck.save(model, optimizer, epoch + 1, history.losses)
         finally:
+            stepper.sync()  # the weights and state as relations again (also after an interrupted epoch)
             bar.close()
             rows.close()
         return history
@@ -234,7 +236,7 @@ class Stepper:
         """One update; returns the batch's loss."""
         key = (x.shape, y.shape)
         if key not in self.steps:
-            self.steps[key] = self._compile_step(x, y)
+            self.steps[key] = self._cached_step(x, y)
         self.t += 1
         factors = [np.asarray(f, dtype=self.model.dtype) for f in self.opt.factors(self.t).values()]
         names = self.opt.state_names
@@ -261,6 +263,31 @@ class Stepper:
             return model.loss(model.forward(xs), ys)
         finally:
             model.params = held
+
+    def _cached_step(self, x: np.ndarray, y: np.ndarray) -> object:
+        """The compiled step of this model's kind and sizes, optimizer and batch shape: compiled once per
+        session (a step is a graph over placeholders alone, so every model of one structure shares it; a
+        second ``fit``, a grid search's next fold, plans nothing)."""
+        hyper = tuple(sorted((k, v) for k, v in vars(self.opt).items() if k not in ("state", "steps")))
+        key = (
+            "fit-step",
+            type(self.model).__name__,
+            json.dumps(self.model.config(), sort_keys=True),
+            self.model.dtype,
+            type(self.opt).__name__,
+            hashable(hyper),
+            x.shape,
+            str(x.dtype),
+            y.shape,
+            str(y.dtype),
+        )
+        if key[5] is None:  # a hyperparameter without a stable value: this stepper's own step
+            return self._compile_step(x, y)
+        cache = self.s.compiled
+        step = cache.get(key)
+        if step is None:
+            step = cache.put(key, self._compile_step(x, y))
+        return step
 
     def _compile_step(self, x: np.ndarray, y: np.ndarray) -> object:
         s, dtype, names = self.s, self.model.dtype, self.opt.state_names
