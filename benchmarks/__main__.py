@@ -14,6 +14,8 @@ Sections (issue 3):
      operands, against DuckDB's own SELECT 1 round trip (and numpy/opt_einsum for reference)
   planner  benchmarks/planner_speed.py (issue 4): LLaMA-7B-shaped graph planning time, chain costs at p=16
   chain    benchmarks/chain.py (issue 4): the matrix chain per strategy, modelled cost and measured time
+  fixed    benchmarks/fixed_costs.py: first and warm calls of einsum_benchmark's generated instances against
+           opt_einsum, small calls, lazy relations, SQL predict over 1,000 rows, fit epochs against torch
 
 Timing: one warm-up call, then the best of ``--repeat`` (default 5) calls, tensorsql and peer alternating.
 """
@@ -519,6 +521,16 @@ def section_planner(repeat: int, quick: bool) -> None:
     planner_speed.main()
 
 
+def section_fixed(repeat: int, quick: bool) -> None:
+    """Fixed costs: first and warm calls of generated einsums, small calls, lazy relations, SQL scoring
+    and small training (``benchmarks/fixed_costs.py``)."""
+    from benchmarks import fixed_costs
+
+    for name, section in fixed_costs.SECTIONS.items():
+        print(f"== fixed: {name} ==", flush=True)
+        section(repeat, quick)
+
+
 def section_chain(repeat: int, quick: bool) -> None:
     """(A x B) + (C x (D x E)), square and skewed: modelled cost and measured time per strategy."""
     from benchmarks import chain
@@ -535,6 +547,7 @@ SECTIONS = {
     "f": section_f,
     "planner": section_planner,
     "chain": section_chain,
+    "fixed": section_fixed,
 }
 
 

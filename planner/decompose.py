@@ -165,7 +165,9 @@ def _assemble_vector(e: EinSum, D: np.ndarray, cm: CostModel | None) -> np.ndarr
     return split_later * (numel * cm.itemsize * cm.assemble_byte)
 
 
-def _gather_terms(shape: tuple[int, ...], ev: EinSum, k: int, Dv: np.ndarray, cm: CostModel | None) -> np.ndarray:
+def _gather_terms(
+    shape: tuple[int, ...], ev: EinSum, k: int, Dv: np.ndarray, cm: CostModel | None
+) -> np.ndarray:
     """Seconds to gather an input free to split (no stored layout: an array operand) into the blocks operand
     k of ``ev`` reads it in, per row of Dv: one copy of the tensor (``CostModel.assemble_byte``) unless the
     blocks are row slabs (only its first dimension longer than 1 split), which are read in place."""

@@ -57,7 +57,8 @@ class TensorRelation:
         """The plan this relation runs with (computed once; once per cached call for an einsum's)."""
         if self._plan is None:
             cache = self._cache
-            key = (self.session.strategy, self.session.p)
+            # what else a plan depends on: the session's strategy and p, the engine's terms
+            key = (self.session.strategy, self.session.p, getattr(self.session.executor, "profile", None))
             plan = cache.plans.get(key) if cache is not None else None
             if plan is None:
                 plan = self.session.plan(self.node, self.options)
@@ -92,6 +93,10 @@ class TensorRelation:
         A big contraction whose output interleaves its operands' labels comes back as a transposed view of
         its GEMM-ordered result, like numpy's own contractions; every other result is C-contiguous.
         """
+        arr = self.bindings.get(self.node) if isinstance(self.node, E.Operand) else None
+        if arr is not None:  # an array's relation (``Session.array``): its value is the array
+            self.session.require_open("numpy")
+            return np.array(arr, copy=True)
         return self.session.value(self.plan(), self.bindings, keep=True)
 
     def __array__(self, dtype: object = None, copy: object = None) -> np.ndarray:

@@ -312,8 +312,12 @@ class Session:
             )
 
     def close(self) -> None:
-        """Closes the engine (idempotent); temporary tables and uploaded arrays go with it."""
+        """Closes the engine (idempotent); temporary tables and uploaded arrays go with it, and so do the
+        cached plans and compiled functions (which hold the engine's statements)."""
         if not self.closed:
+            self.plans.clear()
+            self._graphs.clear()
+            self.compiled.clear()
             self.executor.close()
 
     def __enter__(self) -> Session:
@@ -457,6 +461,21 @@ class Session:
         table = arrow.split(arr, bs, name, copy=copy)
         view = self.executor.upload(table, (arr.shape, bs, name), verified=True)  # valid as split
         return self._stored(view, arr.shape, bs, name, release=self.executor.release, complete=True)
+
+    def array(self, array: object, *, copy: bool = True) -> TensorRelation:
+        """A relation whose value is an array, lent to each run that reads it (a slot, or an upload for a big
+        or split read) instead of registered now: nothing reaches the engine until a plan reads it, and its
+        ``numpy()`` is the array's copy. A model's weights between training runs are such relations.
+        ``copy=False`` keeps the array itself (it must not change while the relation is used)."""
+        self.require_open("array")
+        _flag(copy, "array", "copy")
+        arr = as_array(array, "array")
+        name = carrier_dtype(arr.dtype) if arr.dtype.name in CARRIED else dtype_name(arr.dtype)
+        arr = arr.astype(DTYPES[name], copy=copy)
+        if copy:
+            arrow.own(arr)
+        leaf = E.Operand(shape=arr.shape, dtype=arr.dtype.name, name="array")
+        return TensorRelation(self, leaf, {leaf: arr})
 
     def from_arrow(self, table: pa.Table) -> TensorRelation:
         """A blocked Arrow table carrying tensorsql schema metadata (what ``to_arrow`` returns)."""

@@ -19,6 +19,17 @@ def test_every_benchmark_section_runs_at_quick_sizes():
     assert "total " in out.stdout, out.stdout[-3000:]
 
 
+def test_the_fixed_costs_benchmark_runs_at_quick_sizes():
+    """benchmarks/fixed_costs.py: generated einsums (einsum_benchmark's generators), small calls, SQL
+    scoring and fit epochs; sections whose optional peers are missing say so."""
+    pytest.importorskip("einsum_benchmark")
+    cmd = [sys.executable, "-m", "benchmarks.fixed_costs", "--quick", "--repeat", "1"]
+    out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
+    text = out.stdout
+    assert "first calls: geometric mean" in text and "SQL predict" in text and "rows," in text, text[-3000:]
+
+
 def test_the_ml_benchmark_runs_at_quick_sizes():
     cmd = [sys.executable, "-m", "benchmarks.ml", "--quick", "--repeat", "1"]
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)

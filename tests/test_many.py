@@ -71,7 +71,29 @@ def test_one_statement_equals_the_plans_one_by_one(s, shapes):
         _assert_same(together(*arrays), apart(*arrays))
 
 
+def test_a_one_block_graph_is_one_program_call(s):
+    """Every tensor one block, every leaf an array: the whole graph (shared steps once) is one
+    ``tensor_program_into`` call that writes every output; the same values as the CTE statement."""
+    outputs, inputs = _graph(s, ((8, 5), (5, 3)))
+    f = s.compile(outputs, inputs, share=True)
+    run, _ = f._many
+    text = many.text(run)
+    assert text.count("tensor_program_into(") == 1 and "MATERIALIZED" not in text
+    s.executor.programs = False
+    try:
+        g = s.compile(outputs, inputs, share=True)
+        assert "tensor_program_into" not in many.text(g._many[0])
+    finally:
+        s.executor.programs = True
+    for seed in range(3):
+        arrays = _arrays(((8, 5), (5, 3)), seed)
+        _assert_same(f(*arrays), g(*arrays))
+
+
 def test_the_call_is_one_statement_and_each_shared_step_one_cte(s, monkeypatch):
+    """Without programs (``TENSORSQL_PROGRAMS=0``), or for a graph a program cannot run: one statement, each
+    shared step a MATERIALIZED CTE."""
+    monkeypatch.setattr(s.executor, "programs", False)
     outputs, inputs = _graph(s, ((8, 5), (5, 3)))
     counting = _Counting(s.executor.con)
     monkeypatch.setattr(s.executor, "con", counting)
@@ -172,6 +194,7 @@ def test_a_training_step_is_one_statement(s, make, monkeypatch):
     losses = [one.step(x, model.targets(labels)) for _ in range(3)]
     assert all(c._many is not None for c in one.steps.values())
     monkeypatch.setattr(s.executor, "many", lambda stages, outs: None)
+    s.clear_cache()  # the session's compiled step (one statement) would be reused otherwise
     apart = Stepper(model, make())
     want = [apart.step(x, model.targets(labels)) for _ in range(3)]
     assert all(c._many is None for c in apart.steps.values())

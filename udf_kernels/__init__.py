@@ -150,6 +150,11 @@ SQL_FUNCTIONS: dict[str, str] = {
         f"(avx512|openblas|generic), chosen by {KERNEL_PATH_ENV} (auto|avx512|openblas|generic, "
         "default auto) when the extension was loaded into it"
     ),
+    "tensor_program_into": (
+        "tensor_program_into(sinks BIGINT[], program VARCHAR, inputs BLOB...) -> BIGINT: a one-block plan's "
+        "whole graph (einsums, maps, casts, slices) run in one call, each output written into its result "
+        "sink (the program's grammar: udf_kernels/src/program.cpp); returns the elements written"
+    ),
     "tensorsql_gemm_plan": (
         "tensorsql_gemm_plan(spec VARCHAR, dtype VARCHAR, x_shape BIGINT[], y_shape BIGINT[]) -> VARCHAR: "
         "how a multiply/sum product of blocks of these shapes maps onto GEMM calls (batches, m, n, k, which "

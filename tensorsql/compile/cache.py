@@ -36,13 +36,13 @@ class Entry:
 @dataclass(eq=False)
 class GraphEntry:
     """A lazy einsum call's graph over arrays alone: the node, the Operand leaf of each operand (None for a
-    relation), the plan options, and the plans made of it so far, by (strategy, p). Relations made from the
-    entry share its graph and bind its leaves to their own arrays."""
+    relation), the plan options, and the plans made of it so far, by (strategy, p, engine profile).
+    Relations made from the entry share its graph and bind its leaves to their own arrays."""
 
     node: E.Node
     leaves: tuple[E.Operand | None, ...]
     options: object
-    plans: dict[tuple[str, int], Plan] = field(default_factory=dict)
+    plans: dict[tuple[object, ...], Plan] = field(default_factory=dict)
 
 
 V = TypeVar("V")

@@ -98,7 +98,7 @@ class Model:
                 value = rng.uniform(-limit, limit, shape)
             else:
                 value = np.zeros(shape)
-            self.params[name] = self.session.from_numpy(value.astype(self.dtype))
+            self.params[name] = self.session.array(value.astype(self.dtype), copy=False)
 
     def set_params(self, params: Sequence[object]) -> None:
         """The weights, in the order of ``names``: relations of this session, or arrays (uploaded as they
@@ -121,7 +121,7 @@ class Model:
             arr = np.asarray(given)
             if arr.dtype.kind not in "biufc":
                 raise DTypeError(f"{self.kind}: weight {name} must be numbers, got {type(given).__name__}")
-            rels.append(self.session.from_numpy(arr))
+            rels.append(self.session.array(arr))
         params = rels
         for name, rel in zip(self.names, params, strict=True):
             if rel.shape != self.params[name].shape:
@@ -529,7 +529,7 @@ class TransformerBlock(Model):
             else:
                 fan_in = shape[0] if name != "Wo" else self.model
                 value = rng.normal(0.0, 1.0 / np.sqrt(fan_in), shape)
-            self.params[name] = session.from_numpy(value.astype(dtype))
+            self.params[name] = session.array(value.astype(dtype), copy=False)
 
     def config(self) -> dict[str, object]:
         return {

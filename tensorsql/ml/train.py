@@ -313,9 +313,9 @@ class Stepper:
         return self.s.compile([loss, *grad(loss, ps)], [xs, ys, *ps], share=True)
 
     def sync(self) -> None:
-        s = self.s
-        self.model.set_params([s.from_numpy(p) for p in self.params])
-        self.opt.state = [{k: s.from_numpy(v) for k, v in st.items()} for st in self.state]
+        s = self.s  # the step's own new arrays: lent as they are, nothing uploaded
+        self.model.set_params([s.array(p, copy=False) for p in self.params])
+        self.opt.state = [{k: s.array(v, copy=False) for k, v in st.items()} for st in self.state]
         self.opt.steps = self.t
 
 

@@ -45,6 +45,10 @@ void tensor_einsum_path(duckdb_function_info info, duckdb_data_chunk input, duck
 void tensor_einsum_path_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
 bool register_path_functions(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
 
+// program.cpp: tensor_program_into (a one-block plan's whole graph in one call, into result sinks).
+void tensor_program_into(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output);
+bool register_program_functions(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);
+
 // aggregates.cpp: registers tensor_sum/max/min/prod, tensor_assemble, tensor_pack (their states are charged to
 // the budget's memory).
 bool register_aggregates(duckdb_connection con, const std::shared_ptr<ThreadBudget> &budget);

@@ -2,6 +2,7 @@
 #include "dtype.hpp"
 #include "functions.hpp"
 #include "rows.hpp"
+#include "values.hpp"
 
 namespace tsk {
 
@@ -116,102 +117,113 @@ void tensor_slice(duckdb_function_info info, duckdb_data_chunk input, duckdb_vec
 
 // x[start::step] per dimension, count elements each (numpy basic slicing with any non-zero step; the caller
 // resolves negative and open bounds). Every element read is checked to lie inside x before any is copied.
+uint64_t slice_bytes(DType dt, const Shape &xs, const Shape &start, const Shape &count, const Shape &step,
+                     const char *fn) {
+	const size_t r = xs.size();
+	if (start.size() != r || count.size() != r || step.size() != r) {
+		fail(std::string(fn) + ": start " + shape_str(start) + ", count " + shape_str(count) + " and step " +
+		     shape_str(step) + " must all have the rank of x_shape " + shape_str(xs));
+	}
+	for (size_t k = 0; k < r; k++) {
+		const std::string dim = " (dim " + std::to_string(k) + ")";
+		if (count[k] < 0 || step[k] == 0) {
+			fail(std::string(fn) + ": count " + std::to_string(count[k]) + " and step " + std::to_string(step[k]) +
+			     dim + " need count >= 0 and step != 0");
+		}
+		if (count[k] == 0) {
+			continue;
+		}
+		// the first element and the room left after it, in the step's direction: (count - 1) steps must fit
+		// (a division, so no product can overflow)
+		bool inside = start[k] >= 0 && start[k] < xs[k];
+		if (inside && count[k] > 1) {
+			const int64_t room = step[k] > 0 ? xs[k] - 1 - start[k] : start[k];
+			const int64_t stride = step[k] > 0 ? step[k] : (step[k] == INT64_MIN ? INT64_MAX : -step[k]);
+			inside = step[k] != INT64_MIN && count[k] - 1 <= room / stride;
+		}
+		if (!inside) {
+			fail(std::string(fn) + ": start " + std::to_string(start[k]) + ", count " + std::to_string(count[k]) +
+			     ", step " + std::to_string(step[k]) + " reads outside x_shape " + shape_str(xs) + dim);
+		}
+	}
+	const size_t isz = itemsize(dt);
+	return checked_numel(count, isz, fn, "count") * isz;
+}
+
+void slice_values(DType dt, const Shape &xs, const Shape &start, const Shape &count, const Shape &step,
+                  const unsigned char *src, unsigned char *z) {
+	const size_t r = xs.size();
+	const size_t isz = itemsize(dt);
+	for (int64_t c : count) {
+		if (c == 0) {
+			return;
+		}
+	}
+	if (r == 0) {
+		std::memcpy(z, src, isz);
+		return;
+	}
+	std::vector<int64_t> strides(r, 1);
+	for (size_t k = r; k-- > 1;) {
+		strides[k - 1] = strides[k] * xs[k];
+	}
+	int64_t pos = 0; // element offset in x of the current output element
+	for (size_t k = 0; k < r; k++) {
+		pos += start[k] * strides[k];
+	}
+	Shape idx(r, 0);
+	const int64_t inner_step = count[r - 1] > 1 ? step[r - 1] * strides[r - 1] : 0;
+	const int64_t inner = count[r - 1];
+	unsigned char *out = z;
+	// the next output row's position: the odometer over the outer dimensions (false when done)
+	auto advance = [&]() {
+		for (size_t k = r - 1; k-- > 0;) {
+			if (count[k] == 1) {
+				continue; // never advances (and its step may be any int64: no product formed)
+			}
+			pos += step[k] * strides[k];
+			if (++idx[k] < count[k]) {
+				return true;
+			}
+			pos -= step[k] * strides[k] * count[k];
+			idx[k] = 0;
+		}
+		return false;
+	};
+	do {
+		if (step[r - 1] == 1) {
+			std::memcpy(out, src + static_cast<size_t>(pos) * isz, static_cast<size_t>(inner) * isz);
+			out += static_cast<size_t>(inner) * isz;
+		} else {
+			int64_t p = pos;
+			for (int64_t t = 0; t < inner; t++, p += inner_step) {
+				std::memcpy(out, src + static_cast<size_t>(p) * isz, isz);
+				out += isz;
+			}
+		}
+	} while (advance());
+}
+
 void tensor_slice_strided(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	static constexpr const char *FN = "tensor_slice_strided";
 	guard_scalar(info, FN, [&] {
 		DTypeCol dtype_c(input, 0);
 		BlockCol x(input, 1, 2, "x");
 		ListCol start_c(input, 3), count_c(input, 4), step_c(input, 5);
-		Shape start, count, step, idx;
-		std::vector<int64_t> strides;
+		Shape start, count, step;
 		MemoryBudget *mem = memory_of_info(duckdb_scalar_function_get_extra_info(info));
 		AlignedBuf zb(mem, FN, "the slice");
 		CallCharge charged(mem, FN);
 		scalar_rows(input, output, all_valid(dtype_c, x, start_c, count_c, step_c), [&](idx_t row) {
 			const DType dt = dtype_c.get(row, FN);
 			x.read(row, dt, FN);
-			const Shape &xs = x.shape;
 			start_c.get(row, start, FN, "start");
 			count_c.get(row, count, FN, "count");
 			step_c.get(row, step, FN, "step");
-			const size_t r = xs.size();
-			if (start.size() != r || count.size() != r || step.size() != r) {
-				fail(std::string(FN) + ": start " + shape_str(start) + ", count " + shape_str(count) + " and step " +
-				     shape_str(step) + " must all have the rank of x_shape " + shape_str(xs));
-			}
-			bool empty = false;
-			for (size_t k = 0; k < r; k++) {
-				const std::string dim = " (dim " + std::to_string(k) + ")";
-				if (count[k] < 0 || step[k] == 0) {
-					fail(std::string(FN) + ": count " + std::to_string(count[k]) + " and step " +
-					     std::to_string(step[k]) + dim + " need count >= 0 and step != 0");
-				}
-				if (count[k] == 0) {
-					empty = true;
-					continue;
-				}
-				// the first element and the room left after it, in the step's direction: (count - 1) steps must fit
-				// (a division, so no product can overflow)
-				bool inside = start[k] >= 0 && start[k] < xs[k];
-				if (inside && count[k] > 1) {
-					const int64_t room = step[k] > 0 ? xs[k] - 1 - start[k] : start[k];
-					const int64_t stride = step[k] > 0 ? step[k] : (step[k] == INT64_MIN ? INT64_MAX : -step[k]);
-					inside = step[k] != INT64_MIN && count[k] - 1 <= room / stride;
-				}
-				if (!inside) {
-					fail(std::string(FN) + ": start " + std::to_string(start[k]) + ", count " +
-					     std::to_string(count[k]) + ", step " + std::to_string(step[k]) +
-					     " reads outside x_shape " + shape_str(xs) + dim);
-				}
-			}
-			const size_t isz = itemsize(dt);
-			const size_t bytes = checked_numel(count, isz, FN, "count") * isz;
+			const uint64_t bytes = slice_bytes(dt, x.shape, start, count, step, FN);
 			unsigned char *z = zb.resize(bytes);
-			if (bytes && !empty) {
-				strides.assign(r, 1);
-				for (size_t k = r; k-- > 1;) {
-					strides[k - 1] = strides[k] * xs[k];
-				}
-				const unsigned char *src = x.bytes.udata();
-				if (r == 0) {
-					std::memcpy(z, src, isz);
-				} else {
-					int64_t pos = 0; // element offset in x of the current output element
-					for (size_t k = 0; k < r; k++) {
-						pos += start[k] * strides[k];
-					}
-					idx.assign(r, 0);
-					const int64_t inner_step = count[r - 1] > 1 ? step[r - 1] * strides[r - 1] : 0;
-					const int64_t inner = count[r - 1];
-					unsigned char *out = z;
-					// the next output row's position: the odometer over the outer dimensions (false when done)
-					auto advance = [&]() {
-						for (size_t k = r - 1; k-- > 0;) {
-							if (count[k] == 1) {
-								continue; // never advances (and its step may be any int64: no product formed)
-							}
-							pos += step[k] * strides[k];
-							if (++idx[k] < count[k]) {
-								return true;
-							}
-							pos -= step[k] * strides[k] * count[k];
-							idx[k] = 0;
-						}
-						return false;
-					};
-					do {
-						if (step[r - 1] == 1) {
-							std::memcpy(out, src + static_cast<size_t>(pos) * isz, static_cast<size_t>(inner) * isz);
-							out += static_cast<size_t>(inner) * isz;
-						} else {
-							int64_t p = pos;
-							for (int64_t t = 0; t < inner; t++, p += inner_step) {
-								std::memcpy(out, src + static_cast<size_t>(p) * isz, isz);
-								out += isz;
-							}
-						}
-					} while (advance());
-				}
+			if (bytes) {
+				slice_values(dt, x.shape, start, count, step, x.bytes.udata(), z);
 			}
 			charged.add(bytes, "the result blobs of a chunk");
 			set_blob(output, row, z, bytes);

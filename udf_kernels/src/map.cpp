@@ -4,6 +4,7 @@
 #include "gemm.hpp"
 #include "ops.hpp"
 #include "rows.hpp"
+#include "values.hpp"
 
 #include <cstdio>
 #include <cstdlib>
@@ -139,6 +140,26 @@ void map_impl(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector 
 
 } // namespace
 
+void map_values(ThreadBudget *budget, DType dt, Fn f, const unsigned char *in, unsigned char *out, uint64_t n,
+                bool has_param, double param, const char *fn) {
+	dispatch(dt, [&](auto tag) {
+		using T = typename decltype(tag)::type;
+		map_kernel<T>(budget, f, in, out, n, has_param, param, fn);
+	});
+}
+
+void cast_values(DType from, DType to, const unsigned char *in, unsigned char *out, uint64_t n) {
+	dispatch(from, [&](auto ftag) {
+		using F = typename decltype(ftag)::type;
+		dispatch(to, [&](auto ttag) {
+			using T = typename decltype(ttag)::type;
+			for (uint64_t i = 0; i < n; i++) {
+				store<T>(out + i * sizeof(T), convert<T>(load<F>(in + i * sizeof(F))));
+			}
+		});
+	});
+}
+
 void tensor_map(duckdb_function_info info, duckdb_data_chunk input, duckdb_vector output) {
 	map_impl(info, input, output, false);
 }
@@ -164,15 +185,7 @@ void tensor_cast(duckdb_function_info info, duckdb_data_chunk input, duckdb_vect
 				fail(std::string(FN) + ": result of " + std::to_string(out_bytes) + " bytes exceeds the block limit");
 			}
 			unsigned char *z = zb.resize(out_bytes);
-			dispatch(from, [&](auto ftag) {
-				using F = typename decltype(ftag)::type;
-				dispatch(to, [&](auto ttag) {
-					using T = typename decltype(ttag)::type;
-					for (uint64_t i = 0; i < n; i++) {
-						store<T>(z + i * sizeof(T), convert<T>(load<F>(x.bytes.udata() + i * sizeof(F))));
-					}
-				});
-			});
+			cast_values(from, to, x.bytes.udata(), z, n);
 			charged.add(out_bytes, "the result blobs of a chunk");
 			set_blob(output, row, z, out_bytes);
 		});

@@ -135,6 +135,7 @@ bool register_all(duckdb_connection con, KernelPath path) {
 	blas_single_threaded();
 	auto budget = std::make_shared<ThreadBudget>(database_threads(con), path);
 	if (!register_einsum_functions(con, budget) || !register_path_functions(con, budget) ||
+	    !register_program_functions(con, budget) ||
 	    !add_budgeted_scalar(con, "tensorsql_db_token", {}, T::BigInt, tensorsql_db_token, budget, false)) {
 		return false;
 	}

@@ -44,6 +44,7 @@ from tensorsql.backends import arrow
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.duckdb import allocator, catalog, costs, ingest, longrun, memory, sqlgen, statements
 from tensorsql.backends.duckdb import many as many_
+from tensorsql.backends.duckdb import program as program_
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.backends.duckdb.locking import ConnectionLock
@@ -86,6 +87,8 @@ _DUCKDB_RESERVE = 4 << 20
 _MIN_WAVE_BYTES = 1 << 18
 
 _ids = itertools.count()
+#: an environment switch's values that turn it off
+_OFF = ("0", "false", "no", "off")
 #: without connect(memory_limit=), DuckDB's buffers get this share of DuckDB's default limit (80% of the
 #: machine's memory, or of its container's) and the kernels' own memory this one: 60% and 30% of it
 DEFAULT_DUCKDB_SHARE = 0.75
@@ -223,6 +226,9 @@ class DuckDBExecutor:
         self._workers = threads or int(self.query("SELECT current_setting('threads')")[0][0])
         #: the single-threaded DuckDB for one-row statements: made on first use; False when it cannot be made
         self._lane: duckdb.DuckDBPyConnection | bool | None = None
+        #: one-block plans over lent operands run as one ``tensor_program_into`` call (``program``); False:
+        #: as SQL, one CTE per step (``TENSORSQL_PROGRAMS=0`` for new sessions)
+        self.programs = os.environ.get("TENSORSQL_PROGRAMS", "1").strip().lower() not in _OFF
         self.closed = False
         try:
             #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory"); without
@@ -855,6 +861,11 @@ class DuckDBExecutor:
         if "sink" not in st.text:
             if st.sink_slot is None:
                 raise ExtensionError("the loaded kernels do not see result sinks")
+            program = self._program(st, plan)
+            if program is not None:  # one kernel call for the whole graph, on the lane
+                st.text["sink"] = program
+                st.lane = not st.long
+                return program
             ast = sqlgen.to_sink_ast(
                 plan.tra,
                 key=st.sink_slot.key,
@@ -865,6 +876,20 @@ class DuckDBExecutor:
             st.text["sink"] = sqlgen.sql_text(ast)
             st.lane = not st.long and ast.find(exp.From, exp.Table) is None
         return st.text["sink"]
+
+    def _program(self, st: _Statement, plan: Plan) -> str | None:
+        """The statement of a one-block plan over lent operands as one ``tensor_program_into`` call
+        (``program``), or None: a plan with more than one block somewhere, a stored table or a view operand,
+        or a node the program has no op for, runs as SQL."""
+        if not self.programs or st.staged or not T.one_row(plan.tra):
+            return None
+        if any(s is None for s in st.slots) or st.sink_slot is None:
+            return None
+        text = program_.build([plan.root], plan.operands)
+        if text is None:
+            return None
+        slots = [s.key for s in st.slots]  # type: ignore[union-attr]
+        return sqlgen.sql_text(program_.statement(text, [st.sink_slot.key], slots))
 
     def _must_check(self, scan: T.Scan) -> bool:
         """Whether a statement checks a stored table it reads: any but a view checked when uploaded and the

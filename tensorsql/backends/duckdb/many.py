@@ -22,7 +22,7 @@ import duckdb
 import numpy as np
 from sqlglot import exp
 
-from tensorsql.backends.duckdb import longrun, sqlgen, statements
+from tensorsql.backends.duckdb import longrun, program, sqlgen, statements
 from tensorsql.compile import waves
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
@@ -59,6 +59,8 @@ class _Many:
     lane: bool = False
     #: the shared steps' names (lower case): CTEs of the statement, never stored tables to check
     stage_tables: set[str] = field(default_factory=set)
+    #: the statement is one ``tensor_program_into`` call (``program``): one row, (1, every element written)
+    program: bool = False
     prepared: str | None = None
     execute: str = ""
     unpreparable: bool = False
@@ -111,12 +113,23 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
 
         return bind
 
-    ast = sqlgen.to_multi_sink_ast(
-        [(table, plan.tra, binder(plan)) for table, plan in stages],
-        [(plan.tra, sink.key, binder(plan)) for plan, sink in zip(outputs, sinks, strict=True)],
-        checks=ex._must_check,
-        in_place=ex._in_place,
-    )
+    text = program_text = None
+    if ex.programs and all(T.one_row(plan.tra) for plan in plans):  # the whole graph as one kernel call
+        prog = program.build(
+            [plan.root for plan in outputs], operands, [(table, plan.root) for table, plan in stages]
+        )
+        if prog is not None:
+            text = program_text = sqlgen.sql_text(
+                program.statement(prog, [sink.key for sink in sinks], [slot.key for slot in slots])
+            )
+    if text is None:
+        ast = sqlgen.to_multi_sink_ast(
+            [(table, plan.tra, binder(plan)) for table, plan in stages],
+            [(plan.tra, sink.key, binder(plan)) for plan, sink in zip(outputs, sinks, strict=True)],
+            checks=ex._must_check,
+            in_place=ex._in_place,
+        )
+        text = sqlgen.sql_text(ast)
     works = [longrun.plan_work(plan.root) for plan in plans]
     work = (sum(w[0] for w in works), sum(w[1] for w in works))
     long = longrun.is_long(work[1], ex.workers)
@@ -128,12 +141,13 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
         wants=[(op.shape, DTYPES[op.dtype]) for op in operands],
         sinks=sinks,
         results=[(plan.root.shape, DTYPES[plan.root.dtype]) for plan in outputs],
-        text=sqlgen.sql_text(ast),
+        text=text,
         work=work,
         long=long,
         plans=plans,
         lane=not long and not reads and work[1] < LANE_FLOPS,
         stage_tables={table.lower() for table in stage_tables},
+        program=program_text is not None,
     )
     return _runner(ex, m)
 
@@ -200,6 +214,9 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
             finally:
                 for slot in (*m.sinks, *m.slots):
                     slot.clear()
+        if m.program:  # one row: every output's elements written by the one call
+            ((_, elements),) = rows
+            return outs if elements == sum(out.size for out in outs) else None
         written = [0] * len(outs)
         for o, elements in rows:  # a row per block (the guard's rows have no output; a padding row, no write)
             if o is not None and elements is not None:
