@@ -517,6 +517,13 @@ class Session:
         self._read_at[rel.node] = self._catalog_gen
         return rel
 
+    def confirm_read(self, rels: Iterable[TensorRelation]) -> None:
+        """The stored tables ``rels`` read were checked against the catalog just now (their dtype, shape and
+        blocks are what the relations read): runs before the next save or drop skip that lookup."""
+        for rel in rels:
+            if isinstance(rel.node, E.Source) and rel.node in self._read_at:
+                self._read_at[rel.node] = self._catalog_gen
+
     def check_tables(self, plan: Plan) -> None:
         """Before a run: the stored tensors the plan reads, if any was saved or dropped since it was read
         (``table``), are still what it read: same dtype, shape and blocks (CorruptTableError otherwise, which

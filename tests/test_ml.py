@@ -567,6 +567,56 @@ def test_scoring_in_sql_equals_the_model(s, separable):
         s.sql("SELECT * FROM predict('scorer', (SELECT * FROM new_rows), key => 'nope')")
 
 
+@pytest.mark.parametrize("now", [True, False])
+def test_scoring_in_sql_now_or_inside_duckdb(s, separable, monkeypatch, now):
+    """Features that fit in memory are scored from one read of the rows (``now``); more (``PREDICT_BYTES``
+    lowered here) are made into a matrix inside DuckDB: the same rows either way. A model saved again, or
+    its weight table changed in place, scores with what is stored now; a NULL feature is an error naming
+    the column and the row's key."""
+    from tensorsql.frontend import sql as sqlfront
+
+    if not now:
+        monkeypatch.setattr(sqlfront, "PREDICT_BYTES", 0)
+    x, _ = separable
+    ids = np.arange(len(x)) * 3 + 5
+    table(s, "score_rows", {"id": ids, **{f"f{i}": x[:, i] for i in range(4)}})
+    model = ml.SoftmaxRegression(s, 4, 3, dtype="float64", seed=2)
+    model.save("score3")
+    query = "SELECT * FROM predict('score3', (SELECT id, f0, f1, f2, f3 FROM score_rows), key => 'id')"
+
+    def check(m):
+        probs = m.predict(x).numpy()
+        rows = s.sql(query).fetchall()
+        assert len(rows) == probs.size
+        where = {k: i for i, k in enumerate(ids.tolist())}
+        for key, cls, p in rows:
+            assert abs(p - probs[where[key], cls]) <= 1e-12
+
+    check(model)
+    check(model)  # the model loaded once, validated again
+    again = ml.SoftmaxRegression(s, 4, 3, dtype="float64", seed=9)
+    again.save("score3")  # saved again: other weights
+    check(again)
+    w = np.array(again.weights()["W"]) * 2
+    s.execute(f"UPDATE score3__W SET tensor = {_blob_literal(w)}")  # the weights changed in place
+    changed = ml.SoftmaxRegression(s, 4, 3, dtype="float64")
+    changed.set_params([w, again.weights()["b"]])
+    check(changed)
+    views = {v for (v,) in s.execute("SELECT view_name FROM duckdb_views() WHERE temporary")}
+    table(s, "score_nulls", {"id": ids[:3], "f0": [1.0, None, 2.0], "f1": [0.0] * 3, "f2": [0.0] * 3,
+                             "f3": [0.0] * 3})  # fmt: skip
+    with pytest.raises(ts.TensorSQLError, match=r"column 'f0' is NULL in row"):
+        s.sql("SELECT * FROM predict('score3', (FROM score_nulls), key => 'id')").fetchall()
+    import gc
+
+    gc.collect()
+    assert {v for (v,) in s.execute("SELECT view_name FROM duckdb_views() WHERE temporary")} <= views
+
+
+def _blob_literal(a: np.ndarray) -> str:
+    return "'" + "".join(f"\\x{b:02x}" for b in a.astype(np.float64).tobytes()) + "'::BLOB"
+
+
 def test_fit_reads_a_table_in_a_schema(s, separable):
     x, y = separable
     s.execute('CREATE SCHEMA IF NOT EXISTS "Train Data"')

@@ -26,7 +26,14 @@ from sqlglot.errors import ParseError, TokenError
 from sqlglot.tokens import TokenType
 
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import SQLFrontendError, SQLSyntaxError, TableNotFoundError, TensorSQLError
+from tensorsql.errors import (
+    SQLExecutionError,
+    SQLFrontendError,
+    SQLSyntaxError,
+    TableNotFoundError,
+    TensorSQLError,
+)
+from tensorsql.frontend import wide
 from tensorsql.metadata import fold, is_reserved
 
 if TYPE_CHECKING:
@@ -416,7 +423,7 @@ class _Rewriter:
         name = _string(pos[0], call, "the model name")
         key = _string(kw["key"], call, "key")
         try:
-            model = models.load(self.s, name)
+            model = models.load_cached(self.s, name)
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
         inner = self.rewrite(pos[1].this.copy())
@@ -428,10 +435,17 @@ class _Rewriter:
         rows = self.s.executor.snapshot(inner, "predict")  # type: ignore[attr-defined]
         self.made.append(rows)
         try:
-            names = rows.columns("predict")
+            table = rows.table()
+            _, described = self.s.executor.describe(exp.select(exp.Star()).from_(table).limit(0), "predict")
+            names = [str(d[0]) for d in described]
             if key.lower() not in {n.lower() for n in names}:
                 raise SQLFrontendError(f"the query has no key column {key!r} (columns: {names})")
             feats = [n for n in names if n.lower() != key.lower()]
+            if feats and len(feats) == model.n_features:
+                types = [d for d in described if str(d[0]).lower() != key.lower()]
+                scored = self._scored(table, key, feats, types, model)
+                if scored is not None:  # computed now from the rows read once: a table of the results
+                    return scored
             x = self.s.from_table(rows.name, feats, rows_by=key, dtype=model.dtype) if feats else None
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
@@ -471,6 +485,68 @@ class _Rewriter:
             .from_(exp.Subquery(this=keys, alias=exp.TableAlias(this=exp.to_identifier("k"))))
             .join(exp.Subquery(this=cells, alias=exp.TableAlias(this=exp.to_identifier("c"))), on=on)
         )
+
+
+    def _scored(
+        self, table: exp.Table, key: str, feats: list[str], described: list[tuple], model: object
+    ) -> exp.Query | None:
+        """``predict``'s rows computed now, when the features fit in memory (``PREDICT_BYTES``): read in key
+        order in one query, scored by the model's prediction compiled once per row count (``Session.compiled``:
+        one kernel call when its weights are arrays, one prepared statement over its weight tables when
+        stored), and registered as a table of (key, [class,] prediction) rows that goes with the statement.
+        None: too many rows (the features are then made into a matrix inside DuckDB, ``from_table``)."""
+        ex = self.s.executor
+        wide.check_types(described, feats, "predict")
+        ((n,),) = ex.query(exp.select(exp.Count(this=exp.Star())).from_(table.copy()), "predict")
+        dtype = np.dtype(model.dtype)  # type: ignore[attr-defined]
+        if n == 0 or n * len(feats) * dtype.itemsize > PREDICT_BYTES:
+            return None
+        doubles = [exp.cast(exp.column(c, quoted=True), exp.DataType.build("DOUBLE")) for c in feats]
+        read = (
+            exp.select(exp.column(key, quoted=True), *[exp.alias_(d, f"f{i}") for i, d in enumerate(doubles)])
+            .from_(table.copy())
+            .order_by(exp.column(key, quoted=True))
+        )
+        got = ex.with_arrow({}, lambda: read)
+        keys = got.column(0)
+        x = np.empty((n, len(feats)), dtype=dtype)
+        for j, c in enumerate(feats):
+            col = got.column(j + 1)
+            if col.null_count:
+                at = int(np.flatnonzero(col.is_null().to_numpy(zero_copy_only=False))[0])
+                raise SQLExecutionError(
+                    f"predict: column {c!r} is NULL in row {at} (key {keys[at].as_py()!r}; a feature needs a "
+                    "value in every row)"
+                )
+            with np.errstate(over="ignore"):
+                x[:, j] = col.to_numpy(zero_copy_only=False)
+        fn_key = ("predict", model, n)
+        fn = self.s.compiled.get(fn_key)
+        if fn is None:
+            xp = self.s.placeholder(x.shape, dtype.name, name="features")
+            fn = self.s.compiled.put(fn_key, self.s.compile(model.predict(xp), [xp]))  # type: ignore[attr-defined]
+        out = np.asarray(fn(x))  # type: ignore[operator]
+        pos = exp.column(key, quoted=True)
+        if out.ndim == 2 and out.shape[1] > 1:  # a row per (key, class); a regression MLP's (n, 1): one
+            k = out.shape[1]
+            result = pa.table(
+                {
+                    key: keys.take(np.repeat(np.arange(n), k)),
+                    "class": pa.array(np.tile(np.arange(k, dtype=np.int64), n)),
+                    "prediction": pa.array(out.reshape(-1)),
+                }
+            )
+            cols = [pos, exp.column("class", quoted=True), exp.column("prediction", quoted=True)]
+        else:
+            result = pa.table({key: keys, "prediction": pa.array(out.reshape(-1))})
+            cols = [pos, exp.column("prediction", quoted=True)]
+        view = ex.register_rows(result)
+        self.made.append(view)
+        return exp.select(*cols).from_(exp.Table(this=exp.to_identifier(view.name, quoted=True)))
+
+
+#: features up to this many bytes are scored now from one read of the rows (``Rewriter._scored``)
+PREDICT_BYTES = 256 << 20
 
 
 def rewrite(session: Session, text: str, *, explain: bool = False) -> Rewritten:

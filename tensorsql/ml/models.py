@@ -448,6 +448,40 @@ def load(session: Session, name: str) -> Model:
     return model
 
 
+def load_cached(session: Session, name: str) -> Model:
+    """``load``, reused while the model's ``tensorsql_models`` row and its weight tables' catalog entries are
+    what they were: a scoring query (SQL ``predict``) looks them up (a few catalog reads) instead of building
+    the model again. The weights are read from their tables at every run, so new values in the same tables
+    are seen; a model saved again (another row, or weights of other shapes or blocks) is loaded anew."""
+    from tensorsql import metadata
+    from tensorsql.errors import TableNotFoundError
+
+    _check_session(session, "load")
+    if not session.local_executor.has_table(MODELS):
+        raise TableNotFoundError(f"no saved model {name!r} (no {MODELS} table)")
+    table = exp.Table(this=exp.to_identifier(MODELS, quoted=True))
+    every = session.execute(exp.select("name", "kind", "config").from_(table), "load model")
+    rows = [r[1:] for r in every if isinstance(r[0], str) and metadata.fold(r[0]) == metadata.fold(name)]
+    if len(rows) != 1:
+        return load(session, name)  # no such model, or several: load says why
+    try:
+        names = list(json.loads(rows[0][1]).get("weights", []))
+    except (TypeError, ValueError, AttributeError):
+        return load(session, name)
+    found = session.executor.catalog.get_many([f"{name}__{k}" for k in names])
+    held = sorted((k, (e.dtype, tuple(e.shape), tuple(e.block_shape))) for k, e in found.items())
+    state = (rows[0], tuple(held))
+    key = ("saved model", metadata.fold(name))
+    cached = session.compiled.get(key)
+    if cached is not None and cached[0] == state:  # type: ignore[index]
+        model = cached[1]  # type: ignore[index]
+        session.confirm_read(model.params.values())  # checked against the catalog just now
+        return model  # type: ignore[no-any-return]
+    model = load(session, name)
+    session.compiled.put(key, (state, model))
+    return model
+
+
 def _build(session: Session, name: str, kind: object, config: object) -> Model:
     """A model of the kind and sizes of a ``tensorsql_models`` row (its weights new); CatalogError for a
     row ``save`` did not write."""

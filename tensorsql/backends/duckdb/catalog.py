@@ -8,6 +8,7 @@ reaches DuckDB as a bound parameter (``?``), never as SQL text.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -68,16 +69,45 @@ def _here() -> exp.Expression:
 
 def _rows(
     con: duckdb.DuckDBPyConnection,
-    query: exp.Expression,
+    query: exp.Expression | str,
     params: Sequence[object] = (),
     what: str = "catalog",
 ) -> list[tuple]:
     """Run with bound parameters and fetch fully (DuckDB 2 refuses new work on a connection with an unfinished
-    result); a DuckDB error becomes tensorsql's (a closed connection, a conflicting transaction, ...)."""
+    result); a DuckDB error becomes tensorsql's (a closed connection, a conflicting transaction, ...).
+    ``query``: a tree, or the text of one (the lookups every call makes keep theirs: ``_text``)."""
     try:
-        return con.execute(sql_text(query), list(params)).fetchall()
+        return con.execute(query if isinstance(query, str) else sql_text(query), list(params)).fetchall()
     except duckdb.Error as exc:
         raise wrap(exc, what) from exc
+
+
+@functools.lru_cache(maxsize=128)
+def _text(kind: str, n: int = 0) -> str:
+    """The SQL text of a lookup every call may make (``n``: how many names it binds), generated once: a
+    scoring query or a plan's table check looks up the catalog several times, and each tree cost sqlglot
+    ~0.3 ms to build and print."""
+    if kind == "columns":
+        return sql_text(
+            exp.select("table_name", "column_name", "data_type")
+            .from_(exp.Table(this=exp.Anonymous(this="duckdb_columns", expressions=[])))
+            .where(_here())
+            .where(_lower_in("table_name", n))
+            .order_by("table_name", "column_index")
+        )
+    if kind == "matches":
+        return sql_text(exp.select(*_COLUMNS).from_(_table()).where(_lower_eq("name")))
+    if kind == "entries":
+        return sql_text(exp.select(*_COLUMNS).from_(_table()).where(_lower_in("name", n)))
+    if kind == "exists":
+        def named(function: str, column: str) -> exp.Select:
+            source = exp.Table(this=exp.Anonymous(this=function, expressions=[]))
+            return exp.select(exp.alias_(column, "n")).from_(source).where(_here()).where(_lower_eq(column))
+
+        return sql_text(
+            exp.union(named("duckdb_tables", "table_name"), named("duckdb_views", "view_name"), distinct=False)
+        )
+    raise ValueError(f"unknown catalog lookup {kind!r}")
 
 
 def _table() -> exp.Table:
@@ -90,16 +120,9 @@ Columns = dict[str, tuple[str, dict[str, str]]]
 
 def _columns(con: duckdb.DuckDBPyConnection, *names: str) -> Columns:
     """The columns of the tables and views here that ``names`` denote, in one query."""
-    q = (
-        exp.select("table_name", "column_name", "data_type")
-        .from_(exp.Table(this=exp.Anonymous(this="duckdb_columns", expressions=[])))
-        .where(_here())
-        .where(_lower_in("table_name", len(names)))
-        .order_by("table_name", "column_index")
-    )
     out: Columns = {}
     wanted = {fold(n) for n in names}
-    for table, column, dtype in _rows(con, q, names):
+    for table, column, dtype in _rows(con, _text("columns", len(names)), names):
         key = fold(table)
         if key in wanted:
             out.setdefault(key, (table, {}))[1][fold(column)] = dtype
@@ -142,8 +165,8 @@ def ensure(con: duckdb.DuckDBPyConnection) -> None:
 
 def _matches(con: duckdb.DuckDBPyConnection, name: str) -> list[tuple]:
     """The catalog rows (name, dtype, shape, block_shape, format_version) DuckDB would take for ``name``."""
-    q = exp.select(*_COLUMNS).from_(_table()).where(_lower_eq("name"))
-    return [r for r in _rows(con, q, [name]) if isinstance(r[0], str) and fold(r[0]) == fold(name)]
+    rows = _rows(con, _text("matches"), [name])
+    return [r for r in rows if isinstance(r[0], str) and fold(r[0]) == fold(name)]
 
 
 def put(con: duckdb.DuckDBPyConnection, e: Entry) -> None:
@@ -249,9 +272,8 @@ def get_many(con: duckdb.DuckDBPyConnection, names: Sequence[str]) -> dict[str, 
     cols = _columns(con, CATALOG, *wanted)
     if not _catalog_exists(con, cols):
         return {}
-    q = exp.select(*_COLUMNS).from_(_table()).where(_lower_in("name", len(wanted)))
     rows: dict[str, list[tuple]] = {}
-    for r in _rows(con, q, wanted):
+    for r in _rows(con, _text("entries", len(wanted)), wanted):
         if isinstance(r[0], str) and fold(r[0]) in wanted:
             rows.setdefault(fold(r[0]), []).append(r)
     out: dict[str, Entry] = {}
@@ -278,12 +300,7 @@ def names(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 def table_exists(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether DuckDB has a table or view here that ``name`` denotes (any case of its ASCII letters)."""
-    def named(function: str, column: str) -> exp.Select:
-        source = exp.Table(this=exp.Anonymous(this=function, expressions=[]))
-        return exp.select(exp.alias_(column, "n")).from_(source).where(_here()).where(_lower_eq(column))
-
-    q = exp.union(named("duckdb_tables", "table_name"), named("duckdb_views", "view_name"), distinct=False)
-    return any(fold(r[0]) == fold(name) for r in _rows(con, q, [name, name]))
+    return any(fold(r[0]) == fold(name) for r in _rows(con, _text("exists"), [name, name]))
 
 
 def names_here(con: duckdb.DuckDBPyConnection) -> set[str]:

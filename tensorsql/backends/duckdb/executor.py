@@ -425,6 +425,17 @@ class DuckDBExecutor:
             self._views.add(name)
         return name
 
+    def register_rows(self, table: pa.Table) -> Registered:
+        """An Arrow table of rows registered as a view under a fresh name (DuckDB reads it in place), until
+        the returned handle goes (a statement's computed rows: SQL ``predict``)."""
+        name = f"_ts_rows_{next(_ids)}"
+        with self._lock:
+            try:
+                self.con.register(name, table)
+            except duckdb.Error as exc:
+                raise wrap(exc, "register rows") from exc
+        return Registered(self, name)
+
     def release(self, name: str) -> None:
         """Unregisters an uploaded view (finalizers call this, on any thread: ``locking``)."""
         self._lock.run_or_queue(self._release_held, name)
@@ -1074,6 +1085,17 @@ class DuckDBExecutor:
         st.unpreparable = True
         if name is not None:
             _deallocate(weakref.ref(self), name, st.lane)
+
+
+class Registered:
+    """A view of rows registered by ``register_rows``, unregistered by ``drop`` or when this goes."""
+
+    def __init__(self, executor: DuckDBExecutor, name: str) -> None:
+        self.name = name
+        self._finalizer = weakref.finalize(self, executor.release, name)
+
+    def drop(self) -> None:
+        self._finalizer()
 
 
 class Snapshot:
