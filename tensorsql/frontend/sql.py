@@ -491,9 +491,10 @@ class _Rewriter:
         self, table: exp.Table, key: str, feats: list[str], described: list[tuple], model: object
     ) -> exp.Query | None:
         """``predict``'s rows computed now, when the features fit in memory (``PREDICT_BYTES``): read in key
-        order in one query, scored by the model's prediction compiled once per row count (``Session.compiled``:
-        one kernel call when its weights are arrays, one prepared statement over its weight tables when
-        stored), and registered as a table of (key, [class,] prediction) rows that goes with the statement.
+        order in one query, scored by the model's prediction compiled once per row count
+        (``Session.compiled``; one kernel call when its weights are arrays, one prepared statement over its
+        weight tables when stored), and registered as a table of (key, [class,] prediction) rows that goes
+        with the statement.
         None: too many rows (the features are then made into a matrix inside DuckDB, ``from_table``)."""
         ex = self.s.executor
         wide.check_types(described, feats, "predict")

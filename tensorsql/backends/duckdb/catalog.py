@@ -104,9 +104,8 @@ def _text(kind: str, n: int = 0) -> str:
             source = exp.Table(this=exp.Anonymous(this=function, expressions=[]))
             return exp.select(exp.alias_(column, "n")).from_(source).where(_here()).where(_lower_eq(column))
 
-        return sql_text(
-            exp.union(named("duckdb_tables", "table_name"), named("duckdb_views", "view_name"), distinct=False)
-        )
+        tables, views = named("duckdb_tables", "table_name"), named("duckdb_views", "view_name")
+        return sql_text(exp.union(tables, views, distinct=False))
     raise ValueError(f"unknown catalog lookup {kind!r}")
 
 
