@@ -21,6 +21,9 @@
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
+#include <memory>
+#include <typeindex>
+#include <unordered_map>
 #include <exception>
 #include <memory>
 #include <mutex>
@@ -202,11 +205,27 @@ private:
 		}
 	}
 
+public:
+	// Per-database state the kernels keep across calls, one of each type T, made on first use (parsed
+	// programs of tensor_program_into, by text). T must be thread-safe itself: every call shares it.
+	template <class T>
+	T &state() {
+		std::lock_guard<std::mutex> lock(state_mu_);
+		std::shared_ptr<void> &p = states_[std::type_index(typeid(T))];
+		if (!p) {
+			p = std::make_shared<T>();
+		}
+		return *static_cast<T *>(p.get());
+	}
+
+private:
 	std::mutex mu_;
 	std::condition_variable cv_;
 	int total_;
 	int free_;
 	const KernelPath path_;
+	std::mutex state_mu_;
+	std::unordered_map<std::type_index, std::shared_ptr<void>> states_;
 
 	std::mutex pool_mu_;
 	std::condition_variable pool_cv_;

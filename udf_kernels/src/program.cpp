@@ -29,6 +29,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <utility>
 
 namespace tsk {
@@ -284,6 +288,41 @@ Program parse_program(const Bytes &text, int n_blobs) {
 	return p;
 }
 
+// The database's parsed programs, by text, kept across calls (a training step runs one program thousands of
+// times: parsing it and planning its contractions took a fifth of the call). Bounded: the oldest go first.
+class ProgramCache {
+public:
+	std::shared_ptr<const Program> get(const Bytes &text, int n_blobs) {
+		std::string key = text.str();
+		key += '#';
+		key += std::to_string(n_blobs);
+		{
+			std::lock_guard<std::mutex> lock(mu_);
+			auto it = map_.find(key);
+			if (it != map_.end()) {
+				return it->second;
+			}
+		}
+		auto made = std::make_shared<const Program>(parse_program(text, n_blobs)); // outside the lock
+		std::lock_guard<std::mutex> lock(mu_);
+		auto [it, fresh] = map_.emplace(key, made);
+		if (fresh) {
+			order_.push_back(key);
+			while (order_.size() > kEntries) {
+				map_.erase(order_.front());
+				order_.pop_front();
+			}
+		}
+		return it->second;
+	}
+
+private:
+	static constexpr size_t kEntries = 256;
+	std::mutex mu_;
+	std::unordered_map<std::string, std::shared_ptr<const Program>> map_;
+	std::deque<std::string> order_;
+};
+
 struct Value {
 	const unsigned char *data = nullptr;
 	AlignedBuf own;
@@ -307,7 +346,13 @@ public:
 	// Runs row r's program; returns the elements written.
 	int64_t run(idx_t row) {
 		const int n_blobs = static_cast<int>(blobs_.size());
-		const Program &p = programs_.get(prog_c_.str(row), [&](const Bytes &b) { return parse_program(b, n_blobs); });
+		const Bytes text = prog_c_.str(row);
+		if (!prog_ || !same_bytes(text, text_)) {
+			prog_ = budget_ != nullptr ? budget_->state<ProgramCache>().get(text, n_blobs)
+			                           : std::make_shared<const Program>(parse_program(text, n_blobs));
+			text_ = text.str();
+		}
+		const Program &p = *prog_;
 		sinks_c_.get(row, keys_, kFn, "sinks");
 		if (static_cast<int>(keys_.size()) < p.n_sinks) {
 			fail(std::string(kFn) + ": the program writes sink " + std::to_string(p.n_sinks - 1) + ", but sinks has " +
@@ -419,7 +464,8 @@ private:
 	Col prog_c_;
 	std::vector<Col> blobs_;
 	ThreadBudget *budget_;
-	Cached<Program> programs_;
+	std::shared_ptr<const Program> prog_;
+	std::string text_;
 	Shape keys_;
 	std::vector<Sink> sinks_;
 	std::vector<Value> values_;
