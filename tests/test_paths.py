@@ -54,7 +54,7 @@ def test_path_optimizer_objects(make):
 
 @pytest.mark.filterwarnings("ignore:Couldn't import `kahypar`")  # cotengra's own note: a slower default
 def test_cotengra_hyper_optimizer():
-    ctg = pytest.importorskip("cotengra", reason="cotengra is an optional dependency (make bench installs it)")
+    ctg = pytest.importorskip("cotengra", reason="cotengra is optional (make bench installs it)")
     ops = _arrays(SHAPES, 2)
     opt = ctg.HyperOptimizer(max_repeats=8, progbar=False)
     assert isinstance(opt, opt_einsum.paths.PathOptimizer)
