@@ -65,8 +65,10 @@ class TensorRelation:
                 if cache is not None:
                     cache.plans[key] = plan
             self._plan = plan
-            let_go = getattr(self.session.executor, "let_go", None)
-            if cache is not None and let_go is not None:  # the cache outlives us: our kept arrays must not
+            ex = self.session.executor
+            let_go = getattr(ex, "let_go", None)
+            if cache is not None and let_go is not None and ex.keeps(plan):  # the cache outlives us: what
+                # we keep bound between runs (views of our arrays) must not
                 arrays = tuple(id(a) for a in self.bindings.values())
                 weakref.finalize(self, let_go, plan, arrays)
         return self._plan

@@ -375,7 +375,7 @@ class Session:
         """
         self.require_open("compute")
         self.check_tables(plan)
-        if not keep and self.result_sink:
+        if self.result_sink:  # ``keep`` means nothing to a plan over lent slots alone: released after a run
             fast = self.executor.fast(plan)  # a small call's plan, already prepared
             if fast is not None:
                 res = fast(bindings)

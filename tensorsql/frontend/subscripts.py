@@ -8,6 +8,7 @@ negative labels -E..-1, right-aligned like broadcasting.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -118,27 +119,33 @@ def subscripts_text(spec: object) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1024)
+def _parse_text(text: str, n: int) -> tuple[tuple[tuple[object, ...], ...], tuple[object, ...] | None]:
+    """The input and output terms of subscripts ``text`` for ``n`` operands, parsed once per text (a call
+    repeated in a loop parses nothing)."""
+    spec = text.replace(" ", "")
+    if spec.count("->") > 1:
+        raise EinsumError(f"subscripts {text!r} contain more than one '->'")
+    lhs, arrow, rhs = spec.partition("->")
+    if ("-" in lhs or ">" in lhs) or ("-" in rhs or ">" in rhs):
+        raise EinsumError(f"subscripts {text!r} have a stray '-' or '>'")
+    terms = lhs.split(",")
+    if len(terms) != n:
+        raise EinsumError(f"subscripts {text!r} name {len(terms)} operand(s) but {n} were given")
+    inputs = tuple(tuple(_parse_term(t, f"operand {i}")) for i, t in enumerate(terms))
+    output = tuple(_parse_term(rhs, "output")) if arrow else None
+    return inputs, output
+
+
 def split_args(args: Sequence[object]) -> tuple[list[list[object]], list[object] | None, list[object]]:
     """Split ``einsum``'s positional arguments into (input terms, output term or None, operands)."""
     if not args:
         raise EinsumError("einsum needs subscripts and at least one operand")
     text = subscripts_text(args[0])
     if text is not None:
-        spec = text.replace(" ", "")
         operands = list(args[1:])
-        if spec.count("->") > 1:
-            raise EinsumError(f"subscripts {args[0]!r} contain more than one '->'")
-        lhs, arrow, rhs = spec.partition("->")
-        if ("-" in lhs or ">" in lhs) or ("-" in rhs or ">" in rhs):
-            raise EinsumError(f"subscripts {args[0]!r} have a stray '-' or '>'")
-        terms = lhs.split(",")
-        if len(terms) != len(operands):
-            raise EinsumError(
-                f"subscripts {args[0]!r} name {len(terms)} operand(s) but {len(operands)} were given"
-            )
-        inputs = [_parse_term(t, f"operand {i}") for i, t in enumerate(terms)]
-        output = _parse_term(rhs, "output") if arrow else None
-        return inputs, output, operands
+        inputs, output = _parse_text(text, len(operands))
+        return [list(t) for t in inputs], None if output is None else list(output), operands
     # interleaved form: op0, sub0, op1, sub1, ..., [output]
     if len(args) == 1:
         raise EinsumError("einsum needs subscripts and at least one operand (got one operand, no sublist)")

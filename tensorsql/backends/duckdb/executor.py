@@ -440,6 +440,12 @@ class DuckDBExecutor:
         """Unregisters an uploaded view (finalizers call this, on any thread: ``locking``)."""
         self._lock.run_or_queue(self._release_held, name)
 
+    def keeps(self, plan: Plan) -> bool:
+        """Whether a run of ``plan`` with ``keep`` leaves arrays bound after it: operands uploaded as views
+        (lent slots are released after every run)."""
+        with self._lock:
+            return any(v is not None for v in self._statement(plan).views)
+
     def let_go(self, plan: Plan, arrays: tuple[int, ...]) -> None:
         """A relation that kept its arrays bound to ``plan`` between runs (``keep``) is gone, while the plan
         lives on in a cache: its arrays (``id``s), where still bound, are unbound (views unregistered, slots
@@ -1069,8 +1075,10 @@ class DuckDBExecutor:
 
     def _unbind(self, st: _Statement, keep: bool = False) -> None:
         """Releases the operands after a run; ``keep`` leaves them bound for the next run with the same arrays
-        (a lazy relation run again reads its uploaded views and lent slots as they are)."""
-        if keep:
+        (a lazy relation run again reads its uploaded views as they are). A statement over lent slots alone
+        is always released: setting a slot again costs microseconds, and a released statement runs on the
+        small-call path (``fast``) next time."""
+        if keep and any(v is not None for v in st.views):
             return
         for k, view in enumerate(st.views):
             if view is not None and st.bound[k] is not None:
