@@ -9,9 +9,9 @@ Sections (``--only``, comma-separated; all by default):
   searches its path on every call (best of 3). *Warm call*: ``ts.einsum`` with its plan cached against
   ``opt_einsum.contract_expression`` (best of ``--repeat`` each). Targets: first calls <= 3x (geometric
   mean) and <= 10x (worst); warm calls <= 1.0x (geometric mean) and <= 1.5x (worst).
-- ``small``: 32^2 ``ts.einsum``, a ``contract_expression`` call and a lazy relation made again and read
-  (``s.einsum(...).numpy()``) against a ``SELECT 1`` round trip on the session's connection and against
-  ``ts.einsum``; targets <= 1.5x.
+- ``small``: the runner's section f: 32^2 ``ts.einsum``, a ``contract_expression`` call and a lazy relation
+  run again against a ``SELECT 1`` round trip on the session's connection, and a lazy relation made again
+  (``s.einsum(...).numpy()``) against ``ts.einsum``; targets <= 1.5x.
 - ``predict``: SQL ``predict(...)`` of a saved logistic regression over 1,000 rows; target <= 20 ms.
 - ``fit``: an epoch of ``ml.fit`` (batch 64, an MLP with one hidden layer of 32, Adam) on each of
   scikit-learn's bundled classification sets against torch CPU on the same threads, the same model,
@@ -37,7 +37,6 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-import duckdb  # noqa: E402
 import opt_einsum  # noqa: E402
 
 import tensorsql as ts  # noqa: E402
@@ -121,36 +120,11 @@ def section_instances(repeat: int, quick: bool) -> None:
 
 
 def section_small(repeat: int, quick: bool) -> None:
-    calls = 100 if quick else 300
-    rng = np.random.default_rng(0)
-    a, b = rng.standard_normal((32, 32)), rng.standard_normal((32, 32))
-    s = ts.default_session()
-    con = s.executor.con
-    expr = ts.contract_expression("ij,jk->ik", a.shape, b.shape)
-    rel = s.einsum("ij,jk->ik", a, b)
-    one = duckdb.connect(config={"threads": "1"})
-    t = {
-        "ts.einsum": _per_call(lambda: ts.einsum("ij,jk->ik", a, b), calls, repeat),
-        "contract_expression": _per_call(lambda: expr(a, b), calls, repeat),
-        "lazy made again": _per_call(lambda: s.einsum("ij,jk->ik", a, b).numpy(), calls, repeat),
-        "lazy run again": _per_call(rel.numpy, calls, repeat),
-        "SELECT 1": _per_call(lambda: con.execute("SELECT 1").fetchall(), calls, repeat),
-        "SELECT 1, 1 thread": _per_call(lambda: one.execute("SELECT 1").fetchall(), calls, repeat),
-    }
-    one.close()
-    for case in ("ts.einsum", "contract_expression"):
-        emit(Row("small", f"{case} 32^2", t[case], "SELECT 1", t["SELECT 1"], 1.5))
-    emit(
-        Row(
-            "small",
-            "s.einsum(...).numpy() 32^2, made again",
-            t["lazy made again"],
-            "ts.einsum",
-            t["ts.einsum"],
-            1.5,
-        )
-    )
-    emit(Row("small", "rel.numpy() 32^2, run again", t["lazy run again"], "ts.einsum", t["ts.einsum"], None))
+    """32^2 calls against a ``SELECT 1`` round trip, and a lazy relation made again against ``ts.einsum``
+    (the runner's section f, every row's rounds interleaved)."""
+    from benchmarks.__main__ import section_f
+
+    section_f(repeat, quick)
 
 
 def section_predict(repeat: int, quick: bool) -> None:

@@ -112,6 +112,15 @@ Shape parse_dims(const std::string &s, const std::string &where) {
 	return out;
 }
 
+// A step's generic strided-loop plan (tensor_einsum's and tensor_einsum1's), checked for its aggregation.
+void loop_plan(Step &s, const Shape &xs, const Shape *ys) {
+	static const char *const names[] = {"x", "y"};
+	const Shape *shapes[] = {&xs, ys};
+	s.plan = make_plan(s.spec, shapes, names, itemsize(s.dt), kFn);
+	check_empty_reduction(s.plan, s.agg, s.dt, kFn);
+	s.shape = s.plan.out_shape;
+}
+
 Program parse_program(const Bytes &text, int n_blobs) {
 	Program p;
 	const std::string all = text.str();
@@ -178,11 +187,7 @@ Program parse_program(const Bytes &text, int n_blobs) {
 				s.c = plan_contraction(s.spec, x.shape, y.shape, itemsize(s.dt), is_integer_dtype(s.dt), kFn);
 				s.shape = s.c.out_shape;
 			} else {
-				static const char *const names[] = {"x", "y"};
-				const Shape *shapes[] = {&x.shape, &y.shape};
-				s.plan = make_plan(s.spec, shapes, names, itemsize(s.dt), kFn);
-				check_empty_reduction(s.plan, s.agg, s.dt, kFn);
-				s.shape = s.plan.out_shape;
+				loop_plan(s, x.shape, &y.shape);
 			}
 		} else if (kind == 'u') {
 			want(5, 5);
@@ -195,11 +200,7 @@ Program parse_program(const Bytes &text, int n_blobs) {
 			if (x.dt != s.dt) {
 				fail(at + "reads a value of dtype " + std::string(dtype_name(x.dt)) + " as " + dtype_name(s.dt));
 			}
-			static const char *const names[] = {"x", "y"};
-			const Shape *shapes[] = {&x.shape, nullptr};
-			s.plan = make_plan(s.spec, shapes, names, itemsize(s.dt), kFn);
-			check_empty_reduction(s.plan, s.agg, s.dt, kFn);
-			s.shape = s.plan.out_shape;
+			loop_plan(s, x.shape, nullptr);
 		} else if (kind == 'm') {
 			want(4, 5);
 			s.op = Op::Map;
