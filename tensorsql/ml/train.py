@@ -386,6 +386,11 @@ class _Rows:
         """Drops what the source holds (called once, also after an error)."""
 
 
+#: sources of at least this many rows sort the next epoch's order on a thread of its own while this epoch
+#: trains (below it the sort takes a fraction of a millisecond, less than the hand-off between threads)
+SORT_AHEAD_ROWS = 50_000
+
+
 class _Cached(_Rows):
     """The rows read from the source once, with each row's hash; per epoch DuckDB sorts the (row number,
     hash) pairs into the epoch's order, and the batches are gathered from memory, ``chunk`` rows (a batch)
@@ -439,7 +444,7 @@ class _Cached(_Rows):
 
     def epoch(self, seed: int, epoch: int, then: int | None = None) -> Batches:
         idx = self._order(seed, epoch)
-        if then is not None and self.threads >= 2:
+        if then is not None and self.threads >= 2 and len(idx) >= SORT_AHEAD_ROWS:
             # the next epoch's order is sorted by DuckDB on a connection of its own while this epoch's steps
             # run: the sort of 1,000,000 keys took 55-70 ms of a logistic regression's ~330 ms epoch
             if self.shuffler is None:
