@@ -10,13 +10,12 @@ the last saved epoch and ends with the weights of an uninterrupted run.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import math
 import sys
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -38,7 +37,6 @@ if TYPE_CHECKING:
 
 _POS = "_ts_pos"
 _HASH = "_ts_hash"
-_RID = "_ts_rid"
 #: bytes of rows ``fit`` reads or gathers at a time (whole batches; at least one): one query per batch cost
 #: as much as a logistic regression's step
 READ_BYTES = 64 << 20
@@ -324,11 +322,60 @@ def _row_hash(columns: list[str]) -> exp.Expression:
     return exp.Anonymous(this="hash", expressions=[_col(c) for c in columns])
 
 
-def _epoch_key(h: exp.Expression, seed: int, epoch: int) -> list[exp.Ordered]:
-    """The order of an epoch: by a hash of (row hash, seed, epoch), ties by the row hash. It depends on the
-    values only, so the same data gives the same order whatever order the source returns it in."""
-    key = exp.Anonymous(this="hash", expressions=[h, exp.Literal.number(seed), exp.Literal.number(epoch)])
-    return [exp.Ordered(this=key), exp.Ordered(this=h.copy())]
+#: the two multipliers of MurmurHash3's 64-bit finalizer (a bijection of 64-bit words that mixes every bit)
+_MIX = (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53)
+_WORD = (1 << 64) - 1
+_U64 = exp.DataType.build("UBIGINT", dialect="duckdb")
+_U128 = exp.DataType.build("UHUGEINT", dialect="duckdb")
+
+
+def _mixed(x: int) -> int:
+    """MurmurHash3's 64-bit finalizer of one word (a Python int)."""
+    for m in (*_MIX, None):
+        x ^= x >> 33
+        if m is not None:
+            x = (x * m) & _WORD
+    return x
+
+
+def _salt(seed: int, epoch: int) -> int:
+    """The word an epoch's keys are salted with: a different one for every (seed, epoch)."""
+    return _mixed(_mixed(seed & _WORD) ^ (epoch & _WORD))
+
+
+def _epoch_keys(hashes: np.ndarray, seed: int, epoch: int) -> np.ndarray:
+    """The sort keys of an epoch's order from the rows' hashes (uint64): the finalizer of (hash xor salt), a
+    bijection of the hash, so two rows tie only when their hashes are equal (equal rows, interchangeable).
+    The same words as ``_epoch_key_sql``, which orders rows too many to keep in memory."""
+    x = hashes ^ np.uint64(_salt(seed, epoch))
+    for m in _MIX:
+        x ^= x >> np.uint64(33)
+        x *= np.uint64(m)  # wraps modulo 2**64, as the finalizer means
+    x ^= x >> np.uint64(33)
+    return x
+
+
+def _epoch_key_sql(h: exp.Expression, seed: int, epoch: int) -> exp.Expression:
+    """``_epoch_keys`` in DuckDB SQL (``h``: a UBIGINT column): products in UHUGEINT, cut to 64 bits."""
+
+    def shifted(x: exp.Expression) -> exp.Expression:
+        return exp.BitwiseXor(
+            this=x, expression=exp.BitwiseRightShift(this=x.copy(), expression=exp.Literal.number(33))
+        )
+
+    def times(x: exp.Expression, m: int) -> exp.Expression:
+        wide_x = exp.Cast(this=x, to=_U128.copy())
+        product = exp.BitwiseAnd(
+            this=exp.Paren(this=exp.Mul(this=wide_x, expression=exp.Literal.number(m))),
+            expression=exp.Literal.number(_WORD),
+        )
+        return exp.Cast(this=exp.Paren(this=product), to=_U64.copy())
+
+    salt = exp.Cast(this=exp.Literal.number(_salt(seed, epoch)), to=_U64.copy())
+    x: exp.Expression = exp.BitwiseXor(this=exp.Cast(this=h, to=_U64.copy()), expression=salt)
+    for m in _MIX:
+        x = times(shifted(x), m)
+    return shifted(x)
 
 
 def _matrix(
@@ -392,11 +439,12 @@ SORT_AHEAD_ROWS = 50_000
 
 
 class _Cached(_Rows):
-    """The rows read from the source once, with each row's hash; per epoch DuckDB sorts the (row number,
-    hash) pairs into the epoch's order, and the batches are gathered from memory, ``chunk`` rows (a batch)
-    at a time. An epoch costs a sort of two columns instead of a sorted copy of every column (1.2 s
-    for 300,000 x 101 float32 columns). The source streams into the matrix a record batch at a time, so
-    the read holds one batch of the source's own columns besides the cache."""
+    """The rows read from the source once, with each row's hash; per epoch numpy sorts the rows' epoch keys
+    (``_epoch_keys``) into the epoch's order, and the batches are gathered from memory, ``chunk`` rows (a
+    batch) at a time. An epoch costs a sort of one word a row instead of a sorted copy of every column
+    (1.2 s for 300,000 x 101 float32 columns), and no query (a query's round trip took 3 ms of a 5 ms
+    epoch of 150 rows). The source streams into the matrix a record batch at a time, so the read holds one
+    batch of the source's own columns besides the cache."""
 
     def __init__(
         self,
@@ -412,8 +460,7 @@ class _Cached(_Rows):
         self.local, self.chunk = local, chunk
         self.threads = int(getattr(local, "threads", getattr(local, "workers", 1)) or 1)
         self.pool: ThreadPoolExecutor | None = None  # made at the first big gather (inside fit's try)
-        self.shuffler: ThreadPoolExecutor | None = None  # sorts the next epoch's order (and its connection)
-        self.cursor: object | None = None
+        self.shuffler: ThreadPoolExecutor | None = None  # sorts the next epoch's order
         self.next: tuple[tuple[int, int], Future[np.ndarray]] | None = None
         src = exp.Subquery(this=probe, alias=exp.TableAlias(this=_ident("_ts_src")))
         columns = [*feats, label]
@@ -438,19 +485,18 @@ class _Cached(_Rows):
         if at != n:
             raise ConfigError(f"fit: the source returned {at} rows, not the {n} it counted (it changed)")
         self.y = np.concatenate(ys) if ys else np.empty(0)
-        rid = pa.array(np.arange(n, dtype=np.int64))
-        self.keys = pa.table({_RID: rid, _HASH: pa.chunked_array(hashes, type=pa.uint64())})
-        self.view = f"_ts_fit_keys_{next(_ids)}"
+        self.hashes = (
+            pa.chunked_array(hashes, type=pa.uint64()).to_numpy() if hashes else np.empty(0, np.uint64)
+        )
 
     def epoch(self, seed: int, epoch: int, then: int | None = None) -> Batches:
         idx = self._order(seed, epoch)
         if then is not None and self.threads >= 2 and len(idx) >= SORT_AHEAD_ROWS:
-            # the next epoch's order is sorted by DuckDB on a connection of its own while this epoch's steps
-            # run: the sort of 1,000,000 keys took 55-70 ms of a logistic regression's ~330 ms epoch
+            # the next epoch's order is sorted on a thread of its own while this epoch's steps run (numpy's
+            # sort lets go of the GIL): the keys and sort of 1,000,000 rows take 40-90 ms
             if self.shuffler is None:
                 self.shuffler = ThreadPoolExecutor(1, "tensorsql-shuffle")
-                self.cursor = self.local.cursor()  # type: ignore[attr-defined]
-            self.next = (seed, then), self.shuffler.submit(self._sort, seed, then, self.cursor)
+            self.next = (seed, then), self.shuffler.submit(self._sort, seed, then)
         # gathered a batch at a time: bounded extra memory, and the gathered rows stay in cache for the step
         # (1,000,000 x 100 float32 per epoch: 0.08 s a batch at a time, 0.14-0.25 s in 64 MiB chunks)
         parts = [idx[lo : lo + self.chunk] for lo in range(0, len(idx), self.chunk)]
@@ -470,14 +516,12 @@ class _Cached(_Rows):
             key, future = ahead
             if key == (seed, epoch):
                 return future.result()
-            future.result()  # another epoch's (a caller that skipped one): its connection is free again
-        return self._sort(seed, epoch, None)
+            future.result()  # another epoch's (a caller that skipped one): waited for, so none runs on
+        return self._sort(seed, epoch)
 
-    def _sort(self, seed: int, epoch: int, cursor: object | None) -> np.ndarray:
-        order = exp.select(_col(_RID)).from_(exp.Table(this=_ident(self.view)))
-        order = order.order_by(*_epoch_key(_col(_HASH), seed, epoch))
-        perm = self.local.with_arrow({self.view: self.keys}, lambda: order, cursor)  # type: ignore[attr-defined]
-        return perm.column(_RID).to_numpy()
+    def _sort(self, seed: int, epoch: int) -> np.ndarray:
+        """The row numbers in the epoch's order: rows tie only on equal hashes (equal rows)."""
+        return np.argsort(_epoch_keys(self.hashes, seed, epoch))
 
     def _ahead(self, part: np.ndarray) -> Future[np.ndarray] | None:
         """The gather of ``part`` started on a pool thread; None when one thread is all there is, or the
@@ -506,8 +550,7 @@ class _Cached(_Rows):
         cuts = np.linspace(0, len(part), self.threads + 1, dtype=np.int64)
         # mode="clip" lets numpy write into ``out`` unbuffered; every row number is in range, so it clips none
         done = [
-            pool.submit(np.take, x, part[a:b], 0, out[a:b], "clip")
-            for a, b in itertools.pairwise(cuts[1:])
+            pool.submit(np.take, x, part[a:b], 0, out[a:b], "clip") for a, b in itertools.pairwise(cuts[1:])
         ]
         np.take(x, part[: cuts[1]], 0, out[: cuts[1]], "clip")
         for f in done:
@@ -515,18 +558,11 @@ class _Cached(_Rows):
         return out
 
     def close(self) -> None:
-        ahead, self.next = self.next, None
-        while ahead is not None and not ahead[1].done():  # an order no epoch will read (a run cut short)
-            with contextlib.suppress(Exception):  # a cursor the session's close() closed meanwhile
-                self.cursor.interrupt()  # type: ignore[union-attr]  # (again: the sort may not have begun yet)
-            wait([ahead[1]], timeout=0.01)
+        self.next = None  # an order no epoch will read (a run cut short): shutdown waits for its sort
         for pool in (self.pool, self.shuffler):
             if pool is not None:
                 pool.shutdown()
         self.pool = self.shuffler = None
-        if self.cursor is not None:
-            self.cursor.close()  # type: ignore[attr-defined]
-            self.cursor = None
 
 
 class _Streamed(_Rows):
@@ -553,15 +589,19 @@ class _Streamed(_Rows):
         self.close()
         self.table = f"_ts_fit_{next(_ids)}"
         columns = [*self.feats, self.label]
-        order = exp.Order(expressions=_epoch_key(_row_hash(columns), seed, epoch))
+        hashed = wide.unused(_HASH, columns)
+        hashes = exp.select(
+            *[_col(c) for c in columns], exp.alias_(_row_hash(columns), hashed, quoted=True)
+        ).from_(exp.Subquery(this=self.probe, alias=exp.TableAlias(this=_ident("_ts_src"))))
+        order = exp.Order(expressions=[exp.Ordered(this=_epoch_key_sql(_col(hashed), seed, epoch))])
         number = exp.Sub(
             this=exp.Window(this=exp.Anonymous(this="row_number", expressions=[]), order=order),
             expression=exp.Literal.number(1),
         )
-        at = wide.unused(_POS, columns)
+        at = wide.unused(_POS, [*columns, hashed])
         values = [_value(c, self.as_double) for c in columns]
         rows = exp.select(*values, exp.alias_(number, at, quoted=True)).from_(
-            exp.Subquery(this=self.probe, alias=exp.TableAlias(this=_ident("_ts_src")))
+            exp.Subquery(this=hashes, alias=exp.TableAlias(this=_ident("_ts_hashed")))
         )
         create = exp.Create(
             this=exp.Table(this=_ident(self.table)),
