@@ -4,7 +4,7 @@
     python -m benchmarks --only a,c,e    # some sections (a b c d e f planner chain)
     python -m benchmarks --quick         # smaller sizes (smoke run)
 
-Sections (issue 3):
+Sections:
   a  4096x4096 float32 matmul: relations pre-stored in DuckDB vs numpy; end to end from numpy vs numpy
   b  the same matmul at block sizes 64^2 ... 2048^2 (per-block overhead curve; PNG plot if matplotlib)
   c  scalar relational SQL einsum (COO rows, JOIN + SUM + GROUP BY) vs tensorsql at n = 1024
@@ -12,8 +12,8 @@ Sections (issue 3):
   e  float64, complex64 and int64 variants of (a)
   f  small calls: ts.einsum, a cached contract_expression, a lazy relation run again and one made again on
      32^2 operands, against DuckDB's own SELECT 1 round trip (and ts.einsum, numpy, opt_einsum for reference)
-  planner  benchmarks/planner_speed.py (issue 4): LLaMA-7B-shaped graph planning time, chain costs at p=16
-  chain    benchmarks/chain.py (issue 4): the matrix chain per strategy, modelled cost and measured time
+  planner  benchmarks/planner_speed.py: LLaMA-7B-shaped graph planning time, chain costs at p=16
+  chain    benchmarks/chain.py: the matrix chain per strategy, modelled cost and measured time
   fixed    benchmarks/fixed_costs.py: first and warm calls of einsum_benchmark's generated instances against
            opt_einsum, small calls, lazy relations, SQL predict over 1,000 rows, fit epochs against torch
 
@@ -122,6 +122,74 @@ def machine() -> str:
         f"numpy {np.__version__}, duckdb {duckdb.__version__}, pyarrow {pyarrow.__version__}, "
         f"opt_einsum {opt_einsum.__version__}"
     )
+
+
+RESULTS = HERE / "RESULTS.md"
+
+
+def machine_line() -> str:
+    """The machine as RESULTS.md records it: the CPU model (lscpu's "Model name"), cores, ISA."""
+    import subprocess
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        for line in out.splitlines():
+            if line.strip().startswith("Model name:"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except (OSError, subprocess.SubprocessError):
+        pass
+    isa = ""
+    try:
+        flags = next(
+            (ln.split(":", 1)[1].split() for ln in Path("/proc/cpuinfo").read_text().splitlines()
+             if ln.startswith("flags")),
+            [],
+        )
+        isa = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "")
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {isa or 'no avx2'}"
+
+
+def _fmt_s(x: float) -> str:
+    if x >= 1:
+        return f"{x:.2f} s"
+    if x >= 1e-3:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x * 1e6:.0f} µs"
+
+
+def results_section(name: str, command: str, rows: list[Row]) -> str:
+    """The rows of a run as RESULTS.md's section ``name``: command, machine, date, then one table row each."""
+    import datetime
+
+    date = datetime.date.today().isoformat()
+    lines = [
+        f"<!-- results:{name}:start -->",
+        f"Command: `{command}`. Machine: {machine_line()}. Date: {date}.",
+        "",
+        "| case | tensorsql | peer | peer's figure | ratio | target | result |",
+        "|---|---:|---|---:|---:|---|---|",
+    ]
+    for r in rows:
+        tgt = "-" if r.target is None else f"<= {r.target:g}x"
+        figures = f"{_fmt_s(r.ts_s)} | {r.peer} | {_fmt_s(r.peer_s)} | {r.ratio:.3f}x"
+        lines.append(f"| {r.case} | {figures} | {tgt} | {r.verdict} |")
+    lines.append(f"<!-- results:{name}:end -->")
+    return "\n".join(lines)
+
+
+def write_results(name: str, command: str, rows: list[Row], path: Path = RESULTS) -> None:
+    """Rewrite the section of ``path`` between ``<!-- results:NAME:start -->`` and ``... :end -->``."""
+    text = path.read_text()
+    start, end = f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->"
+    i, j = text.find(start), text.find(end)
+    if i < 0 or j < i:
+        raise SystemExit(f"{path}: no {start} ... {end} markers")
+    path.write_text(text[:i] + results_section(name, command, rows) + text[j + len(end) :])
+    print(f"wrote {len(rows)} rows into {path} ({name})")
 
 
 def _rand(shape: tuple[int, ...], dtype: str, rng: np.random.Generator) -> np.ndarray:

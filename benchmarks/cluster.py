@@ -1,4 +1,4 @@
-"""The paper's matrix chains (A x B) + (C x (D x E)) on a local Dask cluster (issue 14), side by side:
+"""The paper's matrix chains (A x B) + (C x (D x E)) on a local Dask cluster, side by side:
 tensorsql on the cluster with each strategy (time; the bytes fed to its kernel calls as the planner's cost
 model counts them and as the workers measured them, and of those the bytes that came from other workers;
 the planner's modelled cost), ``dask.array`` on the same workers (dask's own chunks and hand-chosen ones), and

@@ -20,7 +20,8 @@ Sections (``--only``, comma-separated; all by default):
 Timing: each side is timed in rounds of its own with a pause between (OpenBLAS's threads spin for ~0.1 s
 after a call and would slow whichever side runs next on a 2-core machine).
 
-Run: ``python -m benchmarks.fixed_costs [--only instances,small,predict,fit] [--repeat 5] [--markdown]``.
+Run: ``python -m benchmarks.fixed_costs [--only instances,small,predict,fit] [--repeat 5] [--markdown]
+[--write-results]`` (the last rewrites this benchmark's section of benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ sys.path.insert(0, str(HERE.parent))
 import opt_einsum  # noqa: E402
 
 import tensorsql as ts  # noqa: E402
-from benchmarks.__main__ import ROWS, Row, emit, machine, markdown  # noqa: E402
+from benchmarks.__main__ import ROWS, Row, emit, machine, markdown, write_results  # noqa: E402
 
 PAUSE = 0.3  # seconds between one side's rounds and the other's
 
@@ -231,6 +232,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="4 instances, fewer calls and epochs (a smoke run)")
     ap.add_argument("--markdown", action="store_true", help="print the rows as a Markdown table at the end")
+    ap.add_argument(
+        "--write-results",
+        action="store_true",
+        help="rewrite this benchmark's section of benchmarks/RESULTS.md with the rows of the run",
+    )
     args = ap.parse_args(argv)
     print(machine())
     for name in args.only.split(","):
@@ -242,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown())
     failed = [r for r in ROWS if r.verdict == "FAIL"]
     print(f"{len(ROWS)} rows, {len(failed)} over their target")
+    if args.write_results:
+        command = "python -m benchmarks.fixed_costs " + " ".join(argv if argv is not None else sys.argv[1:])
+        write_results("fixed_costs", command.strip(), ROWS)
     return 0
 
 

@@ -1,4 +1,4 @@
-"""GPU benchmark (issue 17): tensorsql on a CUDA device against torch on the same device and the CPU peers.
+"""GPU benchmark: tensorsql on a CUDA device against torch on the same device and the CPU peers.
 
     python -m benchmarks.gpu                         # on a GPU machine (torch with CUDA as the peer)
     python -m benchmarks.gpu --quick --device cuda-emulated   # smoke run of this script, no GPU

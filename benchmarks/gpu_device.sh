@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU and many-core checks of issue 17 in one call on a GPU machine (README "GPUs (CUDA)").
+# The GPU and many-core checks in one call on a GPU machine (README "GPUs (CUDA)").
 #
 # The GPU machine has no package index. What its Python lacks is installed from a folder of wheels carried
 # with the call (WHEELS, default ./.whl), fetched beforehand for its Python (3.12) with
@@ -63,7 +63,7 @@ a, b = rng.standard_normal((300, 200)), rng.standard_normal((200, 100))
 got = s.einsum('ij,jk->ik', a, b).numpy()
 print('matmul max abs err', float(np.max(np.abs(got - a @ b))))
 s.close()"
-step 240 pytest_gpu.log "$PY" -m pytest -q -p no:randomly -p no:cacheprovider -m gpu tests/test_gpu.py \
+step 240 pytest_gpu.log "$PY" -m pytest -q -p no:randomly -p no:cacheprovider -m gpu tests/gpu/test_gpu.py \
 	--tb=short -rfE
 if [ "$QUICK" = quick ]; then
 	step 120 bench_gpu.log "$PY" -m benchmarks.gpu --quick --repeat 2

@@ -1,4 +1,4 @@
-"""A matmul of two stored tables that together pass ``memory_limit`` (issue 13): tensorsql runs it in waves.
+"""A matmul of two stored tables that together pass ``memory_limit``: tensorsql runs it in waves.
 
 For the same two n x n float32 tables in a database file: tensorsql under ``--limit`` (waves), the same plan
 as one query under the same limit (what ran before the waves: it fails), and numpy's matmul of the arrays

@@ -1,4 +1,4 @@
-"""Machine learning (issue 16), side by side in one run, every peer on the same threads:
+"""Machine learning, side by side in one run, every peer on the same threads:
 
 1. Logistic regression on ``--rows`` x 100 float32 features read from a DuckDB table, ``--epochs`` epochs,
    mini-batch 8192, Adam: ``ml.fit`` (batches read from the table, shuffled in DuckDB) against numpy by hand

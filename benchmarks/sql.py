@@ -1,4 +1,4 @@
-"""SQL surfaces (issue 15), side by side in one run:
+"""SQL surfaces, side by side in one run:
 
 1. ``einsum`` through ``Session.sql`` against the same computation through ``s.einsum`` over the same stored
    tensor tables, each returning the result's block rows as Arrow (the relation built, planned and run

@@ -6,8 +6,8 @@ so the choice of operator never changes a plan. The names are checked so that a 
 not deep in SQL generation.
 
 These are the names of tensorsql's operator table (``tensorsql/ir/ops.py``, which carries each operator's
-dtype rules, identities and docs; the planner imports nothing from tensorsql). ``tests/test_ops_table.py``
-checks that the two, and the C++ kernels, agree.
+dtype rules, identities and docs; the planner imports nothing from tensorsql).
+``tests/kernels/test_ops_table.py`` checks that the two, and the C++ kernels, agree.
 """
 
 from __future__ import annotations

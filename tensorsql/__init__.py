@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from tensorsql import ml  # noqa: F401  (imported for SQL's predict: its models register their loader)
 from tensorsql.api import (
     ContractExpression,
     abs,

@@ -13,6 +13,7 @@ import numpy as np
 import opt_einsum
 
 from tensorsql import autodiff, operators
+from tensorsql.arguments import as_array
 from tensorsql.backends.base import Executor
 from tensorsql.compile import planning
 from tensorsql.compile.cache import Entry, hashable
@@ -29,11 +30,12 @@ from tensorsql.errors import (
     ShapeTypeError,
 )
 from tensorsql.frontend import numpy as frontend
+from tensorsql.frontend import sql as sqlfront
 from tensorsql.frontend.subscripts import Subscripts, parse, split_args, subscripts_text
 from tensorsql.ir import expr as E
 from tensorsql.ir import ops
 from tensorsql.relation import TensorRelation
-from tensorsql.session import Session, as_array
+from tensorsql.session import Session
 
 _default: Session | None = None
 _default_lock = threading.Lock()
@@ -765,3 +767,7 @@ def log_softmax(x: object, over: int | Sequence[int] = -1) -> object:
     d = s.einsum(f"{letters},{keep}->{letters}", rel, c, join="subtract")
     lse = s.map(s.einsum(f"{letters}->{keep}", s.map(d, "exp")), "log")
     return _result(x, s.einsum(f"{letters},{keep}->{letters}", d, lse, join="subtract"))
+
+
+# SQL's softmax(A [, over => ...]) is this one (the SQL front end sits below this module: it looks it up)
+sqlfront.provide("softmax", softmax)

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 import planner as P
-import tensorsql as ts
+from tensorsql.api import connect
 from tensorsql.compile import planning
 
 
@@ -30,7 +30,7 @@ def _best(fn, repeat: int = 3) -> float:
 
 def measure(threads: int = 1) -> P.CostModel:
     rng = np.random.default_rng(0)
-    with ts.connect(threads=threads) as s:
+    with connect(threads=threads) as s:
         # per call: 64x64 @ 64x64 in 4x4 blocks = 16^3 = 4096 tiny kernel calls
         a = s.from_numpy(rng.standard_normal((64, 64)).astype(np.float32), block_shape=(4, 4))
         b = s.from_numpy(rng.standard_normal((64, 64)).astype(np.float32), block_shape=(4, 4))

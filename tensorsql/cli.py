@@ -40,9 +40,9 @@ HELP = """\
 
 
 def _session(database: str, read_only: bool = False) -> object:
-    import tensorsql as ts
+    from tensorsql.api import connect
 
-    s = ts.connect(database, read_only=read_only, progress=sys.stderr.isatty())
+    s = connect(database, read_only=read_only, progress=sys.stderr.isatty())
     if sys.stderr.isatty():  # DuckDB's own progress bar for long statements, where it applies
         s.execute("SET enable_progress_bar = true")
     return s

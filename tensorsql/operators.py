@@ -29,6 +29,7 @@ from tensorsql.errors import (
     ShapeError,
     ShapeTypeError,
 )
+from tensorsql.frontend import numpy as frontend
 from tensorsql.ir import expr as E
 
 if TYPE_CHECKING:
@@ -46,9 +47,7 @@ def _letters(n: int, what: str) -> str:
 def _operand(x: TensorRelation, other: object, what: str) -> object:
     """``other`` as an einsum operand: a relation of the same session, or an array (a Python scalar takes
     numpy's weak-scalar dtype rule: ``float32 + 2`` stays float32)."""
-    from tensorsql.relation import TensorRelation
-
-    if isinstance(other, TensorRelation):
+    if isinstance(other, type(x)):  # x's class is TensorRelation: ``relation`` imports this module, not back
         if other.session is not x.session:
             raise ShapeError(f"{what}: the operands belong to different sessions")
         return other
@@ -253,14 +252,11 @@ def transpose(x: TensorRelation) -> TensorRelation:
 
 
 def astype(x: TensorRelation, dtype: object) -> TensorRelation:
-    from tensorsql.frontend import numpy as frontend
-    from tensorsql.relation import TensorRelation
-
     name = dtype_name(dtype)
     if name not in DTYPES:
         raise OperatorError(f"astype: dtype {dtype!r} is not one of {sorted(DTYPES)}")
     node: E.Node = frontend.cast(x.node, name)
-    return TensorRelation(x.session, node, x.bindings)
+    return type(x)(x.session, node, x.bindings)
 
 
 def power(x: TensorRelation, exponent: object) -> TensorRelation:
@@ -367,8 +363,6 @@ def _index(x: TensorRelation, key: object) -> tuple[list[int], list[int], list[i
 def getitem(x: TensorRelation, key: object) -> TensorRelation:
     """``x[key]`` as a lazy relation (``E.Slice``): in SQL, each block holding the elements is cut into its
     pieces of the result's blocks, and only those blocks of ``x`` are read or computed."""
-    from tensorsql.relation import TensorRelation
-
     start, count, step, keep = _index(x, key)
     shape = tuple(n for n, k in zip(count, keep, strict=True) if k)
     if 0 in count:  # numpy's empty result: nothing to read, but still computed from x (ts.grad finds x)
@@ -385,7 +379,7 @@ def getitem(x: TensorRelation, key: object) -> TensorRelation:
         step=tuple(step),
         keep=tuple(keep),
     )
-    return TensorRelation(x.session, node, x.bindings, x.options)
+    return type(x)(x.session, node, x.bindings, x.options)
 
 
 def _comparison(join: str) -> Callable[[TensorRelation, object, bool], TensorRelation]:

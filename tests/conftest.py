@@ -1,5 +1,10 @@
 """Shared fixtures: one session per test module, parametrized over the executors that can run here.
 
+The tests sit in one folder per component (api, planner, sql, kernels, execution, cluster, ml, gpu,
+project; compat holds numpy's and opt_einsum's own suites). Shared helpers (``equations``, ``numpy_ref``,
+``tolerance``, ``kernel_paths``) live beside this file, and a test module may reuse another's cases by
+name (``from test_einsum_numpy import make_operands``): every component folder is put on ``sys.path``.
+
 Each executor is a factory that returns a ``tensorsql.Session``, or raises ``pytest.skip`` with the reason it
 cannot run on this machine (the cluster and GPU executors will add theirs here).
 """
@@ -7,14 +12,21 @@ cannot run on this machine (the cluster and GPU executors will add theirs here).
 from __future__ import annotations
 
 import logging
+import pathlib
+import sys
 from collections.abc import Callable, Iterator
 
-import duckdb
-import pytest
-from kernel_paths import supported_kernel_paths
+_HERE = pathlib.Path(__file__).resolve().parent
+for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and any(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
 
-import tensorsql as ts
-import udf_kernels
+import duckdb  # noqa: E402
+import pytest  # noqa: E402
+from kernel_paths import supported_kernel_paths  # noqa: E402
+
+import tensorsql as ts  # noqa: E402
+import udf_kernels  # noqa: E402
 
 
 def _duckdb() -> ts.Session:

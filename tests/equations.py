@@ -1,7 +1,7 @@
 """Shared einsum test cases for tensorsql.
 
 Every case is tiny (at most ~500 elements per operand) so the whole list can be run through DuckDB for
-several dtypes and blockings in CI.  This module only needs numpy; ``tests/test_equations_valid.py``
+several dtypes and blockings in CI.  This module only needs numpy; ``tests/planner/test_equations_valid.py``
 checks that numpy accepts every case.
 
 ``EQUATIONS``     -- string-form cases ``Case(id, subscripts, shapes, category)``.

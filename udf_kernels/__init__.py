@@ -47,7 +47,8 @@ KERNEL_PATH_ENV = "TENSORSQL_KERNEL_PATH"
 KERNEL_PATHS = ("auto", "avx512", "openblas", "generic")
 
 #: Every SQL function the extension registers: name -> signature and one-line description.
-#: tests/test_function_table.py checks it against what DuckDB lists for the loaded extension, both ways.
+#: tests/kernels/test_function_table.py checks it against what DuckDB lists for the loaded extension, both
+#: ways.
 SQL_FUNCTIONS: dict[str, str] = {
     "tensor_einsum": (
         "tensor_einsum(spec VARCHAR, join VARCHAR, agg VARCHAR, dtype VARCHAR, x BLOB, x_shape BIGINT[], "
@@ -176,8 +177,8 @@ SQL_FUNCTIONS: dict[str, str] = {
 
 #: The functions of the GPU kernel set, the companion extension ``tensorsql_cuda`` (``udf_kernels/cuda``,
 #: built by ``udf_kernels.gpu_build``). ``device`` is the CUDA ordinal; the other arguments are those of the
-#: CPU function of the same name without ``_cuda`` (float32/float64 blocks only). tests/test_gpu.py checks it
-#: against what DuckDB lists for the loaded (emulated) extension.
+#: CPU function of the same name without ``_cuda`` (float32/float64 blocks only). tests/gpu/test_gpu.py checks
+#: it against what DuckDB lists for the loaded (emulated) extension.
 GPU_SQL_FUNCTIONS: dict[str, str] = {
     "tensor_cuda_info": (
         "tensor_cuda_info() -> VARCHAR: what the device layer sees: 'cuda: <n> device(s): <i> <name> (<MiB> "

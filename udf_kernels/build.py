@@ -17,8 +17,13 @@ headers and ``libscipy_openblas.so`` are located through the installed ``scipy_o
 extension is linked with an rpath to that directory (plus ``$ORIGIN/../scipy_openblas32/lib`` for an installed
 wheel), so it loads without LD_LIBRARY_PATH. Every BLAS symbol carries the ``scipy_`` prefix.
 
-Run as ``python -m udf_kernels.build [--force] [--no-cuda]``: where nvcc is found it also builds the GPU
-kernel set, ``tensorsql_cuda`` (``udf_kernels/gpu_build.py``), unless ``--no-cuda``.
+A build takes minutes (the generic loops are instantiated for every dtype, join and aggregation at -O3), so
+it reports each step on stderr as it goes; nothing compiles silently.
+
+Run as ``python -m udf_kernels.build [--force] [--no-cuda]``: the CPU extension. The GPU kernel set
+(``udf_kernels/gpu_build.py``) is built as well only when asked, with ``TENSORSQL_BUILD_CUDA=1`` (then in a
+child process: this module never imports the GPU build, which imports it); ``--no-cuda`` overrides that.
+``python -m udf_kernels.make`` builds everything that can run on this machine.
 """
 
 from __future__ import annotations
@@ -30,7 +35,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 
 from udf_kernels._errors import KernelBuildError
@@ -48,6 +55,9 @@ EXTENSION_VERSION = "0.1.0"
 C_API_VERSION = (1, 2, 0)
 HEADERS = ("duckdb.h", "duckdb_extension.h")
 INCLUDE_ENV = "TENSORSQL_DUCKDB_INCLUDE"
+#: ``1`` asks ``python -m udf_kernels.build`` and ``python -m udf_kernels.make`` for the GPU kernel set too;
+#: ``0`` keeps ``udf_kernels.make`` from building it even where a CUDA device is visible.
+BUILD_CUDA_ENV = "TENSORSQL_BUILD_CUDA"
 
 _FOOTER_FIELD = 32
 _SIGNATURE_BYTES = 256
@@ -83,6 +93,24 @@ def footer(platform: str, c_api_version: str, extension_version: str) -> bytes:
     return b"".join(reversed(encoded)) + b"\0" * _SIGNATURE_BYTES
 
 
+def say(message: str) -> None:
+    """One line of build progress on stderr (stdout stays free for the paths ``main`` prints)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+def env_flag(name: str) -> bool | None:
+    """The boolean environment variable ``name``: True (1/yes/true/on), False (0/no/false/off) or None when
+    unset or empty. Anything else raises :class:`KernelBuildError`, so a typo is not read as "no"."""
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return None
+    if text in ("1", "yes", "true", "on"):
+        return True
+    if text in ("0", "no", "false", "off"):
+        return False
+    raise KernelBuildError(f"{name}={os.environ[name]!r}: expected 1 or 0")
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Headers
 # ---------------------------------------------------------------------------------------------------------
@@ -102,6 +130,7 @@ def fetch_headers(dest: Path = INCLUDE_CACHE) -> Path:
     """Download the duckdb sdist of the installed version and extract the two C API headers into dest."""
     version = _duckdb_version()
     dest.mkdir(parents=True, exist_ok=True)
+    say(f"{EXTENSION_NAME}: fetching the duckdb C API headers (pip download of the duckdb {version} sdist)")
     with tempfile.TemporaryDirectory(prefix="tensorsql-duckdb-sdist-") as tmp:
         cmd = [
             sys.executable,
@@ -204,12 +233,15 @@ def blas_paths() -> tuple[Path, Path, str]:
 
 
 def link_flags() -> list[str]:
+    """BLAS from the scipy-openblas32 wheel, found first beside an installed ``udf_kernels`` (the
+    ``$ORIGIN``-relative path: a wheel's extension then uses the environment it is installed in), else where
+    this build found it (a source checkout)."""
     _inc, lib, name = blas_paths()
     return [
         f"-L{lib}",
         f"-l{name}",
-        f"-Wl,-rpath,{lib}",
         "-Wl,-rpath,$ORIGIN/../scipy_openblas32/lib",
+        f"-Wl,-rpath,{lib}",
     ]
 
 
@@ -237,8 +269,9 @@ def compile_flags(include_dir: Path) -> list[str]:
 
 
 @contextlib.contextmanager
-def _build_lock() -> Iterator[None]:
-    """Serialises concurrent builds (several processes importing tensorsql at once)."""
+def _build_lock(what: str = EXTENSION_NAME) -> Iterator[None]:
+    """Serialises concurrent builds (several processes importing tensorsql at once); says so when it waits,
+    since the other build may take minutes."""
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     try:
         import fcntl
@@ -246,11 +279,22 @@ def _build_lock() -> Iterator[None]:
         yield
         return
     with open(BUILD_DIR / ".build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"{what}: waiting for another process's kernel build to finish ({BUILD_DIR / '.build.lock'})")
+            fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+#: The sources that take longest to compile (the loops instantiated for every dtype, join and aggregation at
+#: -O3: about 130, 50 and 25 s on one core), longest first; the others take seconds.
+_HEAVY_SOURCES = ("loop_int.cpp", "loop_float.cpp", "gemm.cpp")
+#: Seconds without a finished compile after which the build says what it is still compiling.
+_HEARTBEAT_S = 30.0
 
 
 def _run_compiles(
@@ -258,35 +302,68 @@ def _run_compiles(
     flags: list[str],
     sources: list[Path],
     obj_dir: Path,
-    what: str = "the tensorsql_kernels extension",
+    what: str = EXTENSION_NAME,
 ) -> list[Path]:
-    procs = []
-    for src in sources:
-        obj = obj_dir / (src.stem + ".o")
-        cmd = [cxx, *flags, "-c", str(src), "-o", str(obj)]
-        procs.append(
-            (
-                src,
-                obj,
-                cmd,
-                subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-            )
-        )
+    """Compiles every source into ``obj_dir``, all at once, and reports each as it finishes.
+
+    The heaviest sources set the wall time, so they start first at normal priority and the light ones run
+    under ``nice``: those fill whatever core is free rather than taking turns with the longest compiles.
+    Raises :class:`KernelBuildError` with every failing command and its output.
+    """
+    rank = {name: i for i, name in enumerate(_HEAVY_SOURCES)}
+    by_cost = sorted(sources, key=lambda src: rank.get(src.name, len(rank)))
+    niced = {src for src in sources if src.name not in rank}
+    if len(niced) == len(sources) or not shutil.which("nice"):
+        niced = set()  # nothing heavy to make way for
+    cores = os.cpu_count() or 1
+    say(f"building {what}: compiling {len(sources)} sources with {cxx} ({cores} cores) ...")
+    started = time.monotonic()
+
+    def compile_one(src: Path) -> tuple[list[str], subprocess.CompletedProcess[str], float]:
+        cmd = [cxx, *flags, "-c", str(src), "-o", str(obj_dir / (src.stem + ".o"))]
+        prefix = ["nice", "-n", "10"] if src in niced else []
+        proc = subprocess.run([*prefix, *cmd], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        return cmd, proc, time.monotonic() - started
+
     errors = []
-    for _src, _obj, cmd, proc in procs:
-        out, _ = proc.communicate()
-        if proc.returncode != 0:
-            errors.append(f"$ {' '.join(cmd)}\n{out}")
+    width = len(str(len(sources)))
+    done = 0
+    with ThreadPoolExecutor(max_workers=max(1, len(sources))) as pool:
+        futures = {pool.submit(compile_one, src): src for src in by_cost}
+        pending = set(futures)
+        while pending:
+            finished, pending = wait(pending, timeout=_HEARTBEAT_S, return_when=FIRST_COMPLETED)
+            if not finished:  # the heaviest compile can run for minutes alone: say it is still going
+                left = [src.name for src in by_cost if any(futures[f] == src for f in pending)]
+                names = ", ".join(left[:3]) + (f" and {len(left) - 3} more" if len(left) > 3 else "")
+                say(f"  ... still compiling {names} ({time.monotonic() - started:.0f} s)")
+            for future in finished:
+                done += 1
+                cmd, proc, at = future.result()
+                status = "done" if proc.returncode == 0 else "FAILED"
+                say(f"  [{done:>{width}}/{len(sources)}] {futures[future].name} {status} ({at:.0f} s)")
+                if proc.returncode != 0:
+                    errors.append(f"$ {' '.join(cmd)}\n{proc.stdout}")
     if errors:
         raise KernelBuildError(f"compiling {what} failed:\n" + "\n".join(errors))
-    return [obj for _src, obj, _cmd, _proc in procs]
+    return [obj_dir / (src.stem + ".o") for src in sources]
+
+
+def _stale_reason(output: Path, inputs: list[Path]) -> str:
+    """Why ``output`` is rebuilt: missing, or the first input newer than it."""
+    if not output.is_file():
+        return "not built yet"
+    built = output.stat().st_mtime
+    newer = [p for p in inputs if p.stat().st_mtime > built]
+    return f"{newer[0].name} changed since the last build" if newer else "--force"
 
 
 def build(force: bool = False) -> Path:
     """Build (if needed) and return the path of ``tensorsql_kernels.duckdb_extension``.
 
     Rebuilds only when a source under ``udf_kernels/src`` (or this script) is newer than the output, or
-    when ``force`` is true. Raises :class:`KernelBuildError` with the compiler output on failure.
+    when ``force`` is true, reporting its progress on stderr. Raises :class:`KernelBuildError` with the
+    compiler output on failure.
     """
     if not force and is_current():
         return BUILT_PATH
@@ -296,6 +373,8 @@ def build(force: bool = False) -> Path:
     with _build_lock():
         if not force and is_current():  # another process built it while we waited
             return BUILT_PATH
+        started = time.monotonic()
+        say(f"building {EXTENSION_NAME} ({_stale_reason(BUILT_PATH, _inputs())})")
         include_dir = find_headers()
         cxx = _compiler()
         flags = compile_flags(include_dir)
@@ -306,6 +385,7 @@ def build(force: bool = False) -> Path:
             link = [cxx, "-shared", "-fPIC", *map(str, objects), *link_flags(), "-pthread", "-o", str(lib)]
             if sys.platform.startswith("linux"):
                 link.insert(2, "-Wl,-z,defs")  # the extension may only reach DuckDB through the API struct
+            say(f"building {EXTENSION_NAME}: linking")
             proc = subprocess.run(link, capture_output=True, text=True)
             if proc.returncode != 0:
                 raise KernelBuildError(
@@ -313,6 +393,7 @@ def build(force: bool = False) -> Path:
                     f"{proc.stdout}{proc.stderr}"
                 )
             install(lib, BUILT_PATH)
+        say(f"building {EXTENSION_NAME}: installed at {BUILT_PATH} ({time.monotonic() - started:.0f} s)")
     return BUILT_PATH
 
 
@@ -325,27 +406,32 @@ def install(lib: Path, out: Path) -> None:
     os.replace(staged, out)
 
 
+USAGE = "usage: python -m udf_kernels.build [--force] [--no-cuda]"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Builds the CPU extension and prints its path; with ``TENSORSQL_BUILD_CUDA=1`` (and no ``--no-cuda``),
+    then the GPU kernel set, in a child process (``python -m udf_kernels.gpu_build``)."""
     args = sys.argv[1:] if argv is None else argv
+    unknown = [a for a in args if a not in ("--force", "--no-cuda")]
+    if unknown:
+        print(f"unknown argument {unknown[0]!r}\n{USAGE}", file=sys.stderr)
+        return 2
     force = "--force" in args
     try:
         path = build(force=force)
+        cuda = "--no-cuda" not in args and env_flag(BUILD_CUDA_ENV) is True
     except KernelBuildError as exc:
         print(exc, file=sys.stderr)
         return 1
     print(path)
-    if "--no-cuda" in args:
+    if not cuda:
         return 0
-    # the GPU kernel set too, wherever a CUDA compiler is (README "GPUs (CUDA)")
-    from udf_kernels import gpu_build
-
-    if gpu_build.find_nvcc() is not None:
-        try:
-            print(gpu_build.build(force=force))
-        except KernelBuildError as exc:
-            print(exc, file=sys.stderr)
-            return 1
-    return 0
+    say(f"{BUILD_CUDA_ENV}=1: building the GPU kernel set too (python -m udf_kernels.gpu_build)")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PACKAGE_DIR.parent), env.get("PYTHONPATH")]))
+    cmd = [sys.executable, "-m", "udf_kernels.gpu_build", *(["--force"] if force else [])]
+    return subprocess.run(cmd, env=env).returncode
 
 
 if __name__ == "__main__":

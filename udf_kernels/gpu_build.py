@@ -15,7 +15,12 @@ A companion extension, not part of ``tensorsql_kernels``: the CPU kernels must b
 and a CUDA runtime in them would tie every build to nvcc. nvcc is looked up in ``TENSORSQL_NVCC``, on
 ``PATH``, then in ``$CUDA_HOME/bin`` and ``/usr/local/cuda/bin``.
 
-Run as ``python -m udf_kernels.gpu_build [--emulated] [--force]``.
+Neither is built behind the user's back: ``python -m udf_kernels.make`` builds the CUDA set only where a
+CUDA device is visible (:func:`cuda_device_visible`) or when asked (``--cuda``, ``TENSORSQL_BUILD_CUDA=1``),
+and a build started by its first use (``connect(device="cuda-emulated")``) says so on stderr first, then
+reports its progress, since it takes about a minute.
+
+Run as ``python -m udf_kernels.gpu_build [--emulated] [--force]`` to build either one ahead.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from udf_kernels import build as cpu
@@ -56,6 +62,41 @@ def find_nvcc() -> str | None:
         if home and (Path(home) / "bin" / "nvcc").is_file():
             return str(Path(home) / "bin" / "nvcc")
     return None
+
+
+def cuda_device_visible() -> bool:
+    """Whether this machine shows a CUDA device, so that the CUDA kernel set could run here.
+
+    ``CUDA_VISIBLE_DEVICES`` set empty or to ``-1`` hides every device; otherwise a ``/dev/nvidia<N>``
+    device node (Linux, containers given a GPU) or ``nvidia-smi -L`` listing a GPU (WSL and others without
+    the nodes) shows one. nvcc alone does not: it is installed on many machines without a GPU.
+    """
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hidden is not None and hidden.strip() in ("", "-1"):
+        return False
+    if any(node.name.removeprefix("nvidia").isdigit() for node in Path("/dev").glob("nvidia*")):
+        return True
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        proc = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and any(line.startswith("GPU ") for line in proc.stdout.splitlines())
+
+
+def cuda_wanted(asked: bool | None = None) -> tuple[bool, str]:
+    """Whether to build the CUDA kernel set here, and why: ``asked`` (a command-line choice) first, then
+    ``TENSORSQL_BUILD_CUDA`` (1 or 0), then whether a CUDA device is visible."""
+    if asked is not None:
+        return asked, "--cuda" if asked else "--no-cuda"
+    env = cpu.env_flag(cpu.BUILD_CUDA_ENV)
+    if env is not None:
+        return env, f"{cpu.BUILD_CUDA_ENV}={int(env)}"
+    if cuda_device_visible():
+        return True, "a CUDA device is visible"
+    return False, "no CUDA device is visible"
 
 
 def archs() -> list[str]:
@@ -119,9 +160,13 @@ def _nvcc_flags(include_dir: Path) -> list[str]:
 def build(emulated: bool = False, force: bool = False) -> Path:
     """Build (if needed) and return the GPU kernel set's extension file: the CUDA build, or the emulated one.
 
+    A build says so on stderr before it starts (it takes about a minute) and reports its progress there.
     Raises :class:`KernelBuildError` when nvcc is missing (CUDA build) or a compile fails.
     """
     out = built_path(emulated)
+    if not (GPU_DIR / "kernels.cpp").is_file():
+        # an installed wheel ships the CPU extension only
+        raise KernelBuildError(f"no GPU kernel sources in {GPU_DIR}: it builds from a source checkout")
     if not force and is_current(emulated):
         return out
     nvcc = None if emulated else find_nvcc()
@@ -130,19 +175,26 @@ def build(emulated: bool = False, force: bool = False) -> Path:
             "no CUDA compiler: nvcc is not on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin "
             f"(set {NVCC_ENV})"
         )
-    with cpu._build_lock():
+    name = EMULATED_NAME if emulated else CUDA_NAME
+    with cpu._build_lock(name):
         if not force and is_current(emulated):
             return out
+        started = time.monotonic()
+        ahead = "python -m udf_kernels.gpu_build" + (" --emulated" if emulated else "")
+        cpu.say(
+            f"tensorsql: building the {'emulated ' if emulated else ''}GPU kernel set {name} "
+            f"({cpu._stale_reason(out, _inputs())}; {'about a minute' if emulated else 'minutes'}, once; "
+            f"`{ahead}` builds it ahead)"
+        )
         include_dir = cpu.find_headers()
         cxx = cpu._compiler()
-        name = EMULATED_NAME if emulated else CUDA_NAME
         flags = [*cpu.compile_flags(include_dir), f"-DTSK_GPU_EXTENSION_NAME={name}"]
         host = [GPU_DIR / "kernels.cpp", *(cpu.SRC_DIR / s for s in _SHARED_SOURCES)]
         if emulated:
             host.append(GPU_DIR / "emulated.cpp")
         with tempfile.TemporaryDirectory(prefix="gpu-obj-", dir=cpu.BUILD_DIR) as tmp:
             obj_dir = Path(tmp)
-            objects = cpu._run_compiles(cxx, flags, host, obj_dir, "the GPU kernel set")
+            objects = cpu._run_compiles(cxx, flags, host, obj_dir, name)
             lib = obj_dir / "lib.so"
             if emulated:
                 link = [
@@ -158,6 +210,7 @@ def build(emulated: bool = False, force: bool = False) -> Path:
             else:
                 assert nvcc is not None
                 device_obj = obj_dir / "device.o"
+                cpu.say(f"building {name}: compiling device.cu with {nvcc} for sm_{','.join(archs())} ...")
                 _run(
                     [
                         nvcc,
@@ -184,13 +237,23 @@ def build(emulated: bool = False, force: bool = False) -> Path:
                     "-o",
                     str(lib),
                 ]
+            cpu.say(f"building {name}: linking")
             _run(link, f"linking {name}")
             cpu.install(lib, out)
+        cpu.say(f"building {name}: installed at {out} ({time.monotonic() - started:.0f} s)")
     return out
 
 
+USAGE = "usage: python -m udf_kernels.gpu_build [--emulated] [--force]"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Builds the CUDA kernel set (or with ``--emulated`` the emulated one) and prints its path."""
     args = sys.argv[1:] if argv is None else argv
+    unknown = [a for a in args if a not in ("--emulated", "--force")]
+    if unknown:
+        print(f"unknown argument {unknown[0]!r}\n{USAGE}", file=sys.stderr)
+        return 2
     try:
         path = build(emulated="--emulated" in args, force="--force" in args)
     except KernelBuildError as exc:

@@ -1,1 +1,3 @@
 """Executors: engines that run finished plans (the embedded DuckDB today; a cluster and GPUs later)."""
+
+from __future__ import annotations

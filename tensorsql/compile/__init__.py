@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from tensorsql.backends.base import EngineProfile
 from tensorsql.compile import lower, planning, rewrite
 from tensorsql.compile.plan import Plan, PlanInfo
+from tensorsql.compile.profile import EngineProfile
 from tensorsql.ir import expr as E
 
 

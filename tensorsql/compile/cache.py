@@ -14,10 +14,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from tensorsql.compile.plan import Plan
 from tensorsql.ir import expr as E
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: entries a session keeps (least recently used first out)
 CACHE_SIZE = 256
@@ -109,4 +112,26 @@ def hashable(value: object) -> Hashable | None:
     return None
 
 
-__all__ = ["CACHE_SIZE", "Entry", "GraphEntry", "LRUCache", "PlanCache", "hashable"]
+def einsum_key(
+    inputs: list[list[object]],
+    output: list[object] | None,
+    operands: list[object],
+    arrays: dict[int, np.ndarray],
+    names: dict[int, str],
+    *options: object,
+) -> Hashable | None:
+    """The key of a lazy einsum call's graph (``Session._graphs``): its subscripts, each array operand's shape
+    and dtype, each relation operand's node (by identity), and the options; None when an option has no
+    stable value (an optimizer object): such calls are not cached."""
+    opts = hashable(list(options))
+    if opts is None:
+        return None
+    ops = tuple(
+        (arrays[i].shape, names[i]) if i in arrays else op.node  # type: ignore[attr-defined]
+        for i, op in enumerate(operands)
+    )
+    terms = tuple(tuple(t) for t in inputs)
+    return ("einsum", terms, None if output is None else tuple(output), ops, opts)
+
+
+__all__ = ["CACHE_SIZE", "Entry", "GraphEntry", "LRUCache", "PlanCache", "einsum_key", "hashable"]

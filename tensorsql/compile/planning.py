@@ -17,10 +17,10 @@ import pathlib
 from dataclasses import dataclass
 
 import planner as P
-from tensorsql.backends.base import EngineProfile
 from tensorsql.compile.fuse import fused_steps
 from tensorsql.compile.lower import default_partitioning
 from tensorsql.compile.plan import PlanInfo
+from tensorsql.compile.profile import EngineProfile
 from tensorsql.dtypes import DTYPES
 from tensorsql.errors import PlanError
 from tensorsql.frontend.subscripts import label_name

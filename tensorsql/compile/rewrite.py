@@ -8,7 +8,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 
-from tensorsql.backends.base import EngineProfile
+from tensorsql.compile.profile import EngineProfile
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 from tensorsql.ir.blocking import Partitioning

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -44,6 +44,23 @@ if TYPE_CHECKING:
 TENSOR_FUNCTIONS = ("einsum", "tensor_map", "softmax", "tensor_from_cells")
 #: every table function this front end rewrites
 FUNCTIONS = (*TENSOR_FUNCTIONS, "tensor_cells", "predict")
+
+#: what the layers above this front end give its functions, registered when they are imported (``import
+#: tensorsql`` imports them all): "softmax" (relation, over=) -> relation, from ``api``; "model" (session,
+#: name) -> a saved model, from ``ml.models``. Looked up here, so the front end imports neither.
+PROVIDED: dict[str, Callable[..., Any]] = {}
+
+
+def provide(name: str, fn: Callable[..., Any]) -> None:
+    """``fn`` serves the SQL surface as ``name`` (``PROVIDED``)."""
+    PROVIDED[name] = fn
+
+
+def _provided(name: str, call: exp.Expression) -> Callable[..., Any]:
+    fn = PROVIDED.get(name)
+    if fn is None:
+        raise SQLFrontendError(f"{_where(call)}: {name} is not available (import tensorsql registers it)")
+    return fn
 
 
 @dataclass
@@ -293,8 +310,7 @@ class _Rewriter:
         return self.s.map(x, _string(args["fn"], call, "fn"), param)
 
     def softmax(self, call: exp.Anonymous) -> TensorRelation:
-        from tensorsql.api import softmax
-
+        softmax = _provided("softmax", call)
         pos, kw = self.arguments(call, ("over",))
         if len(pos) != 1:
             raise SQLFrontendError(f"{_where(call)}: softmax takes (tensor [, over => axis or [axes]])")
@@ -306,7 +322,7 @@ class _Rewriter:
                 over = [_int(v, call, "over") for v in value.expressions]
             else:
                 over = _int(value, call, "over")
-        return softmax(x, over=over)  # type: ignore[return-value]
+        return softmax(x, over=over)
 
     def from_cells(self, call: exp.Anonymous) -> TensorRelation:
         pos, kw = self.arguments(call, ("shape", "block_shape", "dtype"))
@@ -412,8 +428,6 @@ class _Rewriter:
         """``predict('model', (SELECT key, features...), key => 'key')``: rows ``(key, value)`` of a saved
         model's predictions (``(key, class, value)`` for a model with several outputs), the features made
         into a matrix inside DuckDB (``from_table``, rows in key order) and the model run as one plan."""
-        from tensorsql.ml import models
-
         pos, kw = self.arguments(call, ("key",))
         if len(pos) != 2 or "key" not in kw or not isinstance(pos[1], exp.Subquery):
             raise SQLFrontendError(
@@ -423,7 +437,7 @@ class _Rewriter:
         name = _string(pos[0], call, "the model name")
         key = _string(kw["key"], call, "key")
         try:
-            model = models.load_cached(self.s, name)
+            model = _provided("model", call)(self.s, name)
         except TensorSQLError as exc:
             raise type(exc)(f"{_where(call)}: {exc}") from exc
         inner = self.rewrite(pos[1].this.copy())

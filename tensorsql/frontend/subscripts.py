@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorsql.errors import EinsumError, EinsumTypeError
+from tensorsql.errors import EinsumError, EinsumTypeError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -227,3 +227,18 @@ def parse(
             if label not in counts:
                 raise EinsumError(f"output label {label_name(label)!r} does not appear in any operand")
     return Subscripts(inputs=in_labels, output=out, sizes=sizes)
+
+
+def label_parts(blocks: dict[object, int], sizes: dict[int, int]) -> dict[int, int]:
+    """``blocks={'i': 4, 'k': 2}`` (letters, or ints in the sublist form) -> parts per int label."""
+    if not isinstance(blocks, dict):
+        raise ShapeError(f"blocks must be a dict label -> parts, got {blocks!r}")
+    out: dict[int, int] = {}
+    for key, parts in blocks.items():
+        label = letter_label(key) if isinstance(key, str) and len(key) == 1 else key
+        if not isinstance(label, int) or label not in sizes:
+            raise EinsumError(f"blocks names label {key!r}, which is not in the einsum")
+        if not isinstance(parts, int) or parts < 1 or parts > max(1, sizes[label]):
+            raise ShapeError(f"blocks[{key!r}]={parts!r} must be an int in 1..{max(1, sizes[label])}")
+        out[label] = parts
+    return out

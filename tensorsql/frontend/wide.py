@@ -13,8 +13,8 @@ import sqlglot
 from sqlglot import exp
 from sqlglot.errors import SqlglotError
 
-from tensorsql.backends.duckdb import ingest
 from tensorsql.errors import ConfigError, DTypeError
+from tensorsql.frontend import rowcheck
 
 #: DuckDB column types a feature may have (numbers and booleans)
 NUMERIC = (
@@ -139,15 +139,15 @@ def _exact(value: exp.Expression, sql_type: str, dtype: str, row: str, j: int) -
     if np.dtype(dtype).kind not in "iu":
         return exp.cast(value, exp.DataType.build("DOUBLE"))
     base = sql_type.split("(")[0].strip()
-    if sql_type == "BOOLEAN" or (base in ingest.INTEGRAL and base != "UHUGEINT"):
+    if sql_type == "BOOLEAN" or (base in rowcheck.INTEGRAL and base != "UHUGEINT"):
         return exp.cast(value, exp.DataType.build("HUGEINT"))  # exact; from_sql checks the dtype's range
 
     def fail(*what: str | exp.Expression) -> exp.Expression:
         where = exp.column(row, quoted=True)
-        return ingest.row_failure("the row with coordinates (", where, f", {j})", *what)
+        return rowcheck.row_failure("the row with coordinates (", where, f", {j})", *what)
 
     # checked before the cast: a fraction would be rounded, a UHUGEINT past 2**127 fail to cast
-    checked = ingest.integer_checked(value, base, dtype, fail)
+    checked = rowcheck.integer_checked(value, base, dtype, fail)
     return exp.cast(checked, exp.DataType.build("HUGEINT"))
 
 

@@ -9,7 +9,8 @@ checks (``check_ops``, ``check_map``), the dtype rules (``map_dtype``, ``join_dt
 
 Adding an operator is one row here, plus its name in ``planner/ops.py`` (the planner imports nothing from
 tensorsql) and one line in the C++ kernels' table (``udf_kernels/src/ops.hpp``).
-``tests/test_ops_table.py`` checks the three agree, and runs every operator in the kernels against numpy.
+``tests/kernels/test_ops_table.py`` checks the three agree, and runs every operator in the kernels against
+numpy.
 """
 
 from __future__ import annotations
@@ -389,7 +390,7 @@ def _promotes_text(op: Op) -> str:
 
 
 def markdown_table() -> str:
-    """The operator table in Markdown, as the README shows it (``tests/test_ops_table.py`` checks that)."""
+    """The operator table in Markdown, as the docs show it; ``tests/kernels/test_ops_table.py`` checks it."""
     lines = [
         "| operator | kind | arity | complex | integer input | identity | param | what |",
         "|---|---|---|---|---|---|---|---|",

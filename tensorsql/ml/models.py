@@ -15,6 +15,7 @@ from sqlglot import exp
 
 from tensorsql import api
 from tensorsql.errors import CatalogError, ConfigError, DTypeError, ShapeError
+from tensorsql.frontend import sql as sqlfront
 from tensorsql.ml import losses
 
 if TYPE_CHECKING:
@@ -606,6 +607,9 @@ class TransformerBlock(Model):
 
 
 KINDS[TransformerBlock.kind] = TransformerBlock
+
+# SQL's predict('model', ...) scores with the models saved here (the SQL front end looks the loader up)
+sqlfront.provide("model", load_cached)
 
 
 __all__ = [

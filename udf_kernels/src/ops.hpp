@@ -4,7 +4,7 @@
 // Everything else is generated from these lists: the enums, the functors, the names, name parsing (with the
 // list of valid names in its error), the complex/integer checks and the dispatch switches. Adding an operator
 // is one line here (and one row of tensorsql's operator table, tensorsql/ir/ops.py, which
-// tests/test_ops_table.py checks against the kernels). Order is the order names are listed in errors.
+// tests/kernels/test_ops_table.py checks against the kernels). Order is the order names are listed in errors.
 //
 // Integer arithmetic wraps (numpy semantics, no signed-overflow UB), max/min propagate NaN.
 #pragma once

@@ -1,4 +1,4 @@
-"""The GPU executor (issue 17): the embedded DuckDB with the GPU kernel set (``udf_kernels/cuda``) bound to
+"""The GPU executor: the embedded DuckDB with the GPU kernel set (``udf_kernels/cuda``) bound to
 its statements. README "GPUs (CUDA)"."""
 
 from __future__ import annotations

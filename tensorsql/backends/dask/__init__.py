@@ -1,4 +1,4 @@
-"""The cluster executor on Dask distributed (issue 14): ``executor`` (distributed relations,
+"""The cluster executor on Dask distributed: ``executor`` (distributed relations,
 stages, the session's side), ``worker`` (each worker's own DuckDB). README "On a cluster (Dask)".
 
 ``distributed`` is an optional dependency (installed by ``make``): it is imported lazily, and a missing one

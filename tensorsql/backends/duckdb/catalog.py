@@ -20,9 +20,9 @@ from tensorsql import metadata
 from tensorsql.backends.base import CatalogEntry
 from tensorsql.backends.duckdb import macros
 from tensorsql.backends.duckdb.errors import wrap
-from tensorsql.backends.duckdb.ingest import INTEGRAL
 from tensorsql.backends.duckdb.sqlgen import ident, sql_text
 from tensorsql.errors import CatalogError, TableNotFoundError
+from tensorsql.frontend.rowcheck import INTEGRAL
 from tensorsql.metadata import CATALOG, fold
 
 FORMAT_VERSION = 1

@@ -48,6 +48,7 @@ from tensorsql.backends.duckdb import program as program_
 from tensorsql.backends.duckdb.catalog import DuckDBCatalog
 from tensorsql.backends.duckdb.errors import wrap, wrap_connect
 from tensorsql.backends.duckdb.locking import ConnectionLock
+from tensorsql.backends.duckdb.prepared import check_operand, deallocate
 from tensorsql.backends.duckdb.staged import StagedRun
 from tensorsql.compile import waves
 from tensorsql.compile.plan import Plan
@@ -55,7 +56,6 @@ from tensorsql.dtypes import DTYPES
 from tensorsql.errors import (
     ConfigError,
     CorruptTableError,
-    DTypeError,
     ExtensionError,
     KernelError,
     OutOfMemoryError,
@@ -788,7 +788,7 @@ class DuckDBExecutor:
         """Several plans of one graph run as one statement (``backends.duckdb.many``): each stage's result is
         the relation later plans read by the stage's table name; each output comes back as an array."""
         with self._lock:
-            return many_.make(self, stages, outputs)
+            return many_.make(self, stages, outputs, BLOCK_SLOT_BYTES, SLOT_BYTES)
 
     def run_into(
         self, plan: Plan, bindings: Mapping[E.Operand, np.ndarray], out: np.ndarray, *, keep: bool = False
@@ -861,7 +861,7 @@ class DuckDBExecutor:
                 return con.execute(text).fetchall()[0]
             st.prepared = name
             st.text["execute"] = statements.execute(name)
-            weakref.finalize(plan, _deallocate, weakref.ref(self), name, st.lane)
+            weakref.finalize(plan, deallocate, weakref.ref(self), name, st.lane)
         try:
             return con.execute(st.text["execute"]).fetchall()[0]
         except (duckdb.InvalidInputException, duckdb.InterruptException):
@@ -1058,7 +1058,7 @@ class DuckDBExecutor:
             arr = bindings.get(op)
             if arr is None:
                 raise ShapeError(f"operand {op.name!r} has no array bound to it")
-            _check_operand(op, arr, st.wants[k])
+            check_operand(op, arr, st.wants[k])
             if st.bound[k] is arr:  # kept from the relation's last run
                 continue
             view = st.views[k]
@@ -1092,7 +1092,7 @@ class DuckDBExecutor:
         name, st.prepared = st.prepared, None
         st.unpreparable = True
         if name is not None:
-            _deallocate(weakref.ref(self), name, st.lane)
+            deallocate(weakref.ref(self), name, st.lane)
 
 
 class Registered:
@@ -1127,14 +1127,6 @@ class Snapshot:
         self._finalizer()
 
 
-def _check_operand(op: E.Operand, arr: np.ndarray, want: tuple[tuple[int, ...], np.dtype]) -> None:
-    shape, dtype = want
-    if arr.shape != shape:
-        raise ShapeError(f"operand {op.name!r} needs an array of shape {shape}, got {arr.shape}")
-    if arr.dtype != dtype:
-        raise DTypeError(f"operand {op.name!r} needs an array of dtype {dtype}, got {arr.dtype}")
-
-
 def _fast_call(
     ex: DuckDBExecutor, plan: Plan, st: _Statement
 ) -> Callable[[Mapping[E.Operand, np.ndarray]], np.ndarray | None]:
@@ -1153,7 +1145,7 @@ def _fast_call(
             try:
                 for op, slot, want in zip(operands, slots, wants, strict=True):
                     arr = bindings[op]
-                    _check_operand(op, arr, want)
+                    check_operand(op, arr, want)
                     slot.set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
                 sink.set(out, writable=True)
                 _blocks, elements = longrun.run_direct(lambda: con.execute(text).fetchall()[0])
@@ -1244,24 +1236,6 @@ def _unregister_logged(con: duckdb.DuckDBPyConnection, name: str) -> None:
         con.unregister(name)
     except duckdb.Error as exc:
         log.warning("tensorsql: could not unregister view %s: %s", name, exc)
-
-
-def _deallocate(executor_ref: weakref.ref, name: str, lane: bool = False) -> None:
-    """A finalizer: the prepared statement ``name`` of a collected plan goes (on any thread: ``locking``)."""
-    ex = executor_ref()
-    if ex is None or ex.closed:
-        return
-
-    def deallocate(name: str) -> None:
-        con = ex._lane_con() if lane else ex.con
-        if ex.closed or con is None or (not lane and ex._after_transaction(deallocate, name)):
-            return
-        try:
-            con.execute(statements.deallocate(name)).fetchall()
-        except duckdb.Error as exc:
-            log.warning("tensorsql: could not deallocate prepared statement %s: %s", name, exc)
-
-    ex._lock.run_or_queue(deallocate, name)
 
 
 __all__ = ["SLOT_BYTES", "SMALL_RESULT_BYTES", "DuckDBExecutor"]

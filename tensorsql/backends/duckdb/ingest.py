@@ -9,8 +9,6 @@ JOIN from the full key grid fills absent blocks with ``tensor_zeros`` so the rel
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import duckdb
 import numpy as np
 from sqlglot import exp
@@ -18,16 +16,17 @@ from sqlglot import exp
 from tensorsql.backends.duckdb import sqlgen
 from tensorsql.backends.duckdb.sqlgen import call, col, ident, lit
 from tensorsql.errors import CastingError, DTypeError, RangeError, ShapeError
-from tensorsql.ir import tra as T
-
-#: the start of every row check's message (``row_error`` maps it to a typed error)
-ROW = "tensorsql: from_sql:"
-#: DuckDB column types a coordinate may have (fractional ones must hold integral values)
-INTEGRAL = frozenset(
-    {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT"}
-    | {"UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT", "UHUGEINT"}
+from tensorsql.frontend.rowcheck import (
+    FRACTIONAL,
+    INTEGRAL,
+    NOT_INTEGRAL,
+    OUT_OF_RANGE,
+    ROW,
+    integer_checked,
+    row_failure,
+    shown,
 )
-FRACTIONAL = frozenset(["FLOAT", "DOUBLE"])
+from tensorsql.ir import tra as T
 
 
 def _numeric(sql_type: str) -> bool:
@@ -48,11 +47,6 @@ def check_columns(columns: list[tuple[str, str]], r: int) -> None:
         if not ok and sql_type.strip('"') != "NULL":
             want = "an integer or numeric type" if d < r else "a numeric or BOOLEAN type"
             raise DTypeError(f"from_sql: column {name!r} ({role}) has type {sql_type}; it needs {want}")
-
-
-#: in a row check's message: the value does not fit the dtype (RangeError) / is not an integer (CastingError)
-OUT_OF_RANGE = "lies outside the range of"
-NOT_INTEGRAL = "is not an integer: the tensor's dtype is"
 
 
 def row_error(exc: duckdb.Error) -> ShapeError | RangeError | CastingError | None:
@@ -76,29 +70,6 @@ def _rows(parsed: exp.Query, r: int) -> exp.Select:
     return exp.select(exp.Star()).from_(exp.Subquery(this=parsed.copy(), alias=alias))
 
 
-def _concat(*parts: str | exp.Expression) -> exp.Expression:
-    """``concat(...)`` of message parts: Python strings are text (adjacent ones merged), expressions are cast
-    to text (NULL prints nothing: see ``_shown``)."""
-    args: list[exp.Expression] = []
-    text = ""
-    for part in parts:
-        if isinstance(part, str):
-            text += part
-            continue
-        if text:
-            args.append(lit(text))
-            text = ""
-        args.append(exp.Cast(this=part, to=exp.DataType.build("VARCHAR")))
-    if text:
-        args.append(lit(text))
-    return call("concat", *args)
-
-
-def _shown(value: exp.Expression) -> exp.Expression:
-    """A value as message text, 'NULL' for NULL."""
-    return call("coalesce", exp.Cast(this=value.copy(), to=exp.DataType.build("VARCHAR")), lit("NULL"))
-
-
 def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str], dtype: str) -> exp.Select:
     """The rows with each coordinate checked and made a BIGINT: NULL, non-integral or outside ``shape``
     stops the statement with an error naming the row (its coordinates as the query gave them). So does a
@@ -107,7 +78,7 @@ def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str], dtype:
     raw = [col("s", f"i{d}") for d in range(r)]
     row: list[str | exp.Expression] = ["("]
     for d, c in enumerate(raw):
-        row += [", " if d else "", _shown(c)]
+        row += [", " if d else "", shown(c)]
     row.append(")")
 
     def fail(*what: str | exp.Expression) -> exp.Expression:
@@ -129,31 +100,6 @@ def _checked(parsed: exp.Query, shape: tuple[int, ...], types: list[str], dtype:
     if np.dtype(dtype).kind in "iu" and types[r] != "BOOLEAN":
         value = integer_checked(value, types[r], dtype, fail)
     return exp.select(*cells, exp.alias_(value, ident("v"))).from_(_rows(parsed, r).subquery("s"))
-
-
-def integer_checked(
-    v: exp.Expression, sql_type: str, dtype: str, fail: Callable[..., exp.Expression]
-) -> exp.Expression:
-    """``v`` where an integer ``dtype`` holds it; a fraction (of a type not in ``INTEGRAL``) or a value
-    outside the dtype's range stops the statement: ``fail(*message parts)`` names the row. NaN equals
-    itself in DuckDB and sorts above every number: it is outside the range."""
-    info = np.iinfo(dtype)
-    value = exp.case()
-    if sql_type not in INTEGRAL:
-        fractional = exp.NEQ(this=v.copy(), expression=call("trunc", v.copy()))
-        value = value.when(fractional, fail(" has value ", _shown(v), f" which {NOT_INTEGRAL} {dtype}"))
-    outside = exp.or_(
-        exp.LT(this=v.copy(), expression=lit(int(info.min))),
-        exp.GTE(this=v.copy(), expression=lit(int(info.max) + 1)),
-    )
-    span = f"{dtype} [{info.min}, {info.max}]"
-    value = value.when(outside, fail(" has value ", _shown(v), f" which {OUT_OF_RANGE} {span}"))
-    return value.else_(v.copy())
-
-
-def row_failure(*parts: str | exp.Expression) -> exp.Expression:
-    """``error(...)`` of a row check's message (``ROW`` first: ``row_error`` types it)."""
-    return call("error", _concat(f"{ROW} ", *parts))
 
 
 def parse_rows(query: str) -> exp.Query:

@@ -23,6 +23,7 @@ import numpy as np
 from sqlglot import exp
 
 from tensorsql.backends.duckdb import longrun, program, sqlgen, statements
+from tensorsql.backends.duckdb.prepared import check_operand, deallocate
 from tensorsql.compile import waves
 from tensorsql.compile.plan import Plan
 from tensorsql.dtypes import DTYPES
@@ -68,13 +69,18 @@ class _Many:
     diagnosis: list[str] | None = field(default=None)
 
 
-def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequence[Plan]) -> ManyRun | None:
+def make(
+    ex: DuckDBExecutor,
+    stages: Sequence[tuple[str, Plan]],
+    outputs: Sequence[Plan],
+    block_slot_bytes: int,
+    slot_bytes: int,
+) -> ManyRun | None:
     """The runner of ``stages`` (each ``(table, plan)``: the plan's result is what later plans read as the
     stored relation ``table``) and ``outputs``; None when the plans cannot run so: no result sinks, an
     operand too big to lend (over ``BLOCK_SLOT_BYTES``: it would need a view), an empty array, a plan that
-    would run in waves, or an output a sink cannot hold."""
-    from tensorsql.backends.duckdb.executor import BLOCK_SLOT_BYTES, SLOT_BYTES
-
+    would run in waves, or an output a sink cannot hold. ``block_slot_bytes`` and ``slot_bytes``: the
+    executor's lending limits (its ``BLOCK_SLOT_BYTES`` and ``SLOT_BYTES``)."""
     if not outputs or not ex._sinks_available():
         return None
     plans = [plan for _, plan in stages] + list(outputs)
@@ -82,7 +88,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
     for plan in plans:
         for op in plan.operands:
             nbytes = math.prod(op.shape) * DTYPES[op.dtype].itemsize
-            if nbytes > BLOCK_SLOT_BYTES or not all(op.shape):
+            if nbytes > block_slot_bytes or not all(op.shape):
                 return None
             index.setdefault(op, len(index))
     budget = ex.wave_budget
@@ -99,7 +105,7 @@ def make(ex: DuckDBExecutor, stages: Sequence[tuple[str, Plan]], outputs: Sequen
     def binder(plan: Plan) -> sqlgen.Bind:
         # in a plan of one block per step every read of an inlined operand is made once: inline any lent
         # one-block operand (elsewhere it would be copied for every row of the other side: up to SLOT_BYTES)
-        inline = BLOCK_SLOT_BYTES if T.one_row(plan.tra) else SLOT_BYTES
+        inline = block_slot_bytes if T.one_row(plan.tra) else slot_bytes
 
         def bind(rel: T.Input) -> exp.Select | sqlgen.Scalar:
             op = plan.operands[rel.index]
@@ -161,8 +167,6 @@ _TEXTS: weakref.WeakKeyDictionary[Callable, str] = weakref.WeakKeyDictionary()
 
 
 def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
-    from tensorsql.backends.duckdb.executor import _check_operand, _deallocate
-
     lock = ex._lock
     con = (ex._lane_con() if m.lane else None) or ex.con
     m.lane = con is not ex.con  # where its prepared statement lives (no lane could be made: the session's)
@@ -180,14 +184,14 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
                 m.unpreparable = True
                 return con.execute(m.text).fetchall()
             m.prepared, m.execute = name, statements.execute(name)
-            weakref.finalize(run, _deallocate, ex_ref, name, m.lane)
+            weakref.finalize(run, deallocate, ex_ref, name, m.lane)
         try:
             return con.execute(m.execute).fetchall()
         except (duckdb.InvalidInputException, duckdb.InterruptException):
             raise  # the data's fault (a kernel's or a stored table's check) or Ctrl-C: not the statement's
         except duckdb.Error:
             name, m.prepared, m.unpreparable = m.prepared, None, True
-            _deallocate(ex_ref, name, m.lane)
+            deallocate(ex_ref, name, m.lane)
             return con.execute(m.text).fetchall()
 
     def run(bindings: Mapping[E.Operand, np.ndarray]) -> list[np.ndarray] | None:
@@ -198,7 +202,7 @@ def _runner(ex: DuckDBExecutor, m: _Many) -> ManyRun:
                     arr = bindings.get(op)
                     if arr is None:
                         raise ShapeError(f"operand {op.name!r} has no array bound to it")
-                    _check_operand(op, arr, want)
+                    check_operand(op, arr, want)
                     slot.set(arr if arr.flags.c_contiguous else np.ascontiguousarray(arr))
                 for sink, out in zip(m.sinks, outs, strict=True):
                     sink.set(out, writable=True)
