@@ -161,34 +161,45 @@ def _fmt_s(x: float) -> str:
     return f"{x * 1e6:.0f} µs"
 
 
-def results_section(name: str, command: str, rows: list[Row]) -> str:
-    """The rows of a run as RESULTS.md's section ``name``: command, machine, date, then one table row each."""
+RESULTS_HEADER = (
+    "| case | tensorsql | peer | peer's figure | ratio | target | result | machine | date | command |",
+    "|---|---:|---|---:|---:|---|---|---|---|---|",
+)
+
+
+def _case(line: str) -> str:
+    return line.split("|")[1].strip()
+
+
+def results_section(name: str, command: str, rows: list[Row], old: str = "") -> str:
+    """RESULTS.md's section ``name`` with the rows of this run: each row carries its own machine, date and
+    command, so a run of some sections replaces those rows (matched by case) and keeps the others' figures."""
     import datetime
 
-    date = datetime.date.today().isoformat()
-    lines = [
-        f"<!-- results:{name}:start -->",
-        f"Command: `{command}`. Machine: {machine_line()}. Date: {date}.",
-        "",
-        "| case | tensorsql | peer | peer's figure | ratio | target | result |",
-        "|---|---:|---|---:|---:|---|---|",
-    ]
+    date, machine_now = datetime.date.today().isoformat(), machine_line()
+    fresh = {}
     for r in rows:
         tgt = "-" if r.target is None else f"<= {r.target:g}x"
         figures = f"{_fmt_s(r.ts_s)} | {r.peer} | {_fmt_s(r.peer_s)} | {r.ratio:.3f}x"
-        lines.append(f"| {r.case} | {figures} | {tgt} | {r.verdict} |")
-    lines.append(f"<!-- results:{name}:end -->")
-    return "\n".join(lines)
+        where = f"{machine_now} | {date} | `{command}`"
+        fresh[r.case] = f"| {r.case} | {figures} | {tgt} | {r.verdict} | {where} |"
+    lines = [line for line in old.splitlines() if line.startswith("| ") and line not in RESULTS_HEADER]
+    merged = [fresh.pop(_case(line), line) for line in lines]
+    merged += fresh.values()
+    body = [f"<!-- results:{name}:start -->", *RESULTS_HEADER, *merged, f"<!-- results:{name}:end -->"]
+    return "\n".join(body)
 
 
 def write_results(name: str, command: str, rows: list[Row], path: Path = RESULTS) -> None:
-    """Rewrite the section of ``path`` between ``<!-- results:NAME:start -->`` and ``... :end -->``."""
+    """Rewrite the section of ``path`` between ``<!-- results:NAME:start -->`` and ``... :end -->``: the rows
+    of this run replace those of the same case; rows this run did not measure keep their figures."""
     text = path.read_text()
     start, end = f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->"
     i, j = text.find(start), text.find(end)
     if i < 0 or j < i:
         raise SystemExit(f"{path}: no {start} ... {end} markers")
-    path.write_text(text[:i] + results_section(name, command, rows) + text[j + len(end) :])
+    section = results_section(name, command, rows, text[i:j])
+    path.write_text(text[:i] + section + text[j + len(end) :])
     print(f"wrote {len(rows)} rows into {path} ({name})")
 
 

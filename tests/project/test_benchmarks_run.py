@@ -55,3 +55,23 @@ def test_the_cluster_benchmark_runs_at_small_sizes():
     assert "Traceback" not in out.stderr + out.stdout, out.stderr[-3000:]
     text = out.stdout
     assert text.count("over the arrays:") == 2 and "tensorsql eindecomp, arrays" in text, text[-3000:]
+
+
+def test_a_results_run_replaces_its_rows_and_keeps_the_others(tmp_path):
+    """``--write-results`` of some sections: the rows it measured are replaced (matched by case), each with
+    this run's machine, date and command; the rows it did not measure keep their figures; new cases append."""
+    from benchmarks.__main__ import RESULTS_HEADER, Row, write_results
+
+    old_a = "| case a | 1.0 ms | peer | 2.0 ms | 0.500x | <= 1.5x | pass | m0 | 2000-01-01 | `old` |"
+    old_b = "| case b | 3.0 ms | peer | 1.0 ms | 3.000x | <= 1.5x | FAIL | m0 | 2000-01-01 | `old` |"
+    path = tmp_path / "RESULTS.md"
+    path.write_text("\n".join(["# R", "<!-- results:x:start -->", *RESULTS_HEADER, old_a, old_b,
+                                "<!-- results:x:end -->", "tail"]))  # fmt: skip
+    write_results("x", "python -m new", [Row("x", "case b", 1e-3, "peer", 1e-3, 1.5, ""),
+                                         Row("x", "case c", 2e-3, "peer", 1e-3, 1.5, "")], path)  # fmt: skip
+    lines = path.read_text().splitlines()
+    rows = [ln for ln in lines if ln.startswith("| case ") and ln not in RESULTS_HEADER]
+    assert [r.split("|")[1].strip() for r in rows] == ["case a", "case b", "case c"]
+    assert rows[0] == old_a
+    assert "`python -m new`" in rows[1] and "2000-01-01" not in rows[1] and "1.000x" in rows[1]
+    assert "2.000x" in rows[2] and lines[0] == "# R" and lines[-1] == "tail"
