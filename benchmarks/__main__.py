@@ -167,13 +167,16 @@ RESULTS_HEADER = (
 )
 
 
-def _case(line: str) -> str:
-    return line.split("|")[1].strip()
+def _case(line: str) -> tuple[str, str]:
+    """A results row's key: its case and its peer (one case may be measured against several peers)."""
+    cells = line.split("|")
+    return cells[1].strip(), cells[3].strip()
 
 
 def results_section(name: str, command: str, rows: list[Row], old: str = "") -> str:
     """RESULTS.md's section ``name`` with the rows of this run: each row carries its own machine, date and
-    command, so a run of some sections replaces those rows (matched by case) and keeps the others' figures."""
+    command, so a run of some sections replaces those rows (matched by case and peer) and keeps the others'
+    figures."""
     import datetime
 
     date, machine_now = datetime.date.today().isoformat(), machine_line()
@@ -182,7 +185,7 @@ def results_section(name: str, command: str, rows: list[Row], old: str = "") -> 
         tgt = "-" if r.target is None else f"<= {r.target:g}x"
         figures = f"{_fmt_s(r.ts_s)} | {r.peer} | {_fmt_s(r.peer_s)} | {r.ratio:.3f}x"
         where = f"{machine_now} | {date} | `{command}`"
-        fresh[r.case] = f"| {r.case} | {figures} | {tgt} | {r.verdict} | {where} |"
+        fresh[r.case, r.peer] = f"| {r.case} | {figures} | {tgt} | {r.verdict} | {where} |"
     lines = [line for line in old.splitlines() if line.startswith("| ") and line not in RESULTS_HEADER]
     merged = [fresh.pop(_case(line), line) for line in lines]
     merged += fresh.values()

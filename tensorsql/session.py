@@ -3,8 +3,9 @@
 It builds expression graphs (front ends), compiles them into plans (``compile``), caches the plans of repeated
 calls (``compile.cache``) and hands finished plans to its executor. It imports no engine: the executor is
 chosen in ``connect`` and reached only through the ``Executor`` protocol (``backends.base``). What is not
-the facade's own lives beside it: relations from data (``ingest``), stored tensors (``stored``), the SQL a
-user runs (``session_sql``, policed by ``sqlpolicy``) and compiled graphs (``compiled``).
+the facade's own lives beside it: relations from data (``ingest``), lazy einsum calls (``lazy``), stored
+tensors (``stored``), the SQL a user runs (``session_sql``, policed by ``sqlpolicy``) and compiled graphs
+(``compiled``).
 """
 
 from __future__ import annotations
@@ -21,15 +22,15 @@ import pyarrow as pa
 from sqlglot import exp
 
 from tensorsql import compile as C
-from tensorsql import ingest, session_sql, stored
+from tensorsql import ingest, lazy, session_sql, stored
 from tensorsql.arguments import as_array, check_flag, checked_shape
 from tensorsql.backends import arrow
 from tensorsql.backends.base import Executor
 from tensorsql.compile import planning
-from tensorsql.compile.cache import GraphEntry, LRUCache, PlanCache, einsum_key
+from tensorsql.compile.cache import GraphEntry, LRUCache, PlanCache
 from tensorsql.compile.plan import Plan, explain
-from tensorsql.compiled import Compiled, compute, merge_into
-from tensorsql.dtypes import CARRIED, DTYPES, carrier_dtype, dtype_name
+from tensorsql.compiled import Compiled, compute
+from tensorsql.dtypes import DTYPES, dtype_name
 from tensorsql.errors import (
     ConfigError,
     OutOfMemoryError,
@@ -39,7 +40,6 @@ from tensorsql.errors import (
     TensorSQLError,
 )
 from tensorsql.frontend import numpy as frontend
-from tensorsql.frontend.subscripts import label_parts, parse, split_args
 from tensorsql.ir import expr as E
 from tensorsql.ir import tra as T
 from tensorsql.relation import TensorRelation
@@ -435,79 +435,7 @@ class Session:
         subscripts, operand shapes, dtypes and options (``Session._graphs``, least recently used first out),
         so ``s.einsum(...).numpy()`` in a loop plans once; False plans this relation on its own.
         """
-        self.require_open("einsum")
-        check_flag(copy, "einsum", "copy")
-        check_flag(cache, "einsum", "cache")
-        options = planning.PlanOptions(strategy)  # validated here, once
-        frontend.check_casting(casting)
-        inputs, output, operands = split_args(args)
-        arrays = {
-            i: as_array(op, f"operand {i}")
-            for i, op in enumerate(operands)
-            if not isinstance(op, TensorRelation)
-        }
-        promoted = None
-        if any(a.dtype.name in CARRIED for a in arrays.values()):  # numpy's promotion, in a carried dtype
-            kinds = [arrays[i].dtype if i in arrays else op.dtype for i, op in enumerate(operands)]
-            promoted = np.result_type(*kinds)
-        names: dict[int, str] = {}
-        for i, op in enumerate(operands):
-            if isinstance(op, TensorRelation):
-                if op.session is not self:
-                    raise ShapeError("operand belongs to another session; save it and open it with table()")
-            else:
-                arr = arrays[i]
-                names[i] = carrier_dtype(promoted) if arr.dtype.name in CARRIED else dtype_name(arr.dtype)
-        # a call seen before (the same subscripts, operand shapes and dtypes, and options) reuses its
-        # graph: no parsing, path search or graph building, and its plan is cached with the graph's nodes
-        key = einsum_key(inputs, output, operands, arrays, names, optimize, dtype, join, agg, casting,
-                         strategy, blocks)  # fmt: skip
-        # only calls over arrays alone: a graph over a relation would keep the relation's tables alive
-        if not cache or any(isinstance(op, TensorRelation) for op in operands):
-            key = None
-        cached = self._graphs.get(key) if key is not None else None
-        leaves: list[E.Operand | None] = []
-        nodes: list[E.Node] = []
-        bindings: dict[E.Operand, np.ndarray] = {}
-        for i, op in enumerate(operands):
-            if isinstance(op, TensorRelation):
-                nodes.append(merge_into(bindings, op))
-                leaves.append(None)
-                continue
-            arr = arrays[i]
-            name = names[i]
-            try:
-                arr = arr.astype(DTYPES[name], copy=copy)
-            except MemoryError as exc:  # a broadcast view of 8 bytes may be 512 GiB copied
-                nbytes = arr.size * DTYPES[name].itemsize
-                raise OutOfMemoryError(
-                    f"cannot copy operand {i} of shape {arr.shape} ({nbytes / 2**30:.3g} GiB): {exc}"
-                ) from exc
-            if copy:  # the relation's own: nobody changes it (a cluster keeps it on the workers)
-                arrow.own(arr)
-            cached_leaf = cached.leaves[i] if cached is not None else None
-            leaf = cached_leaf or E.Operand(shape=arr.shape, dtype=arr.dtype.name, name=f"operand{i}")
-            nodes.append(leaf)
-            leaves.append(leaf)
-            bindings[leaf] = arr
-        if cached is not None:
-            return TensorRelation(self, cached.node, bindings, cached.options, cache=cached)
-        sub = parse(inputs, output, [n.shape for n in nodes])
-        if blocks is not None:
-            options = planning.PlanOptions(strategy, tuple(label_parts(blocks, sub.sizes).items()))
-        node = frontend.build(
-            sub,
-            nodes,
-            optimize=optimize,
-            join=join or "multiply",
-            agg=agg or "sum",
-            dtype=dtype,
-            casting=casting,
-        )
-        entry = None
-        if key is not None:
-            entry = self._graphs.put(key, GraphEntry(node, tuple(leaves), options))
-        return TensorRelation(self, node, bindings, options, cache=entry)
+        return lazy.einsum(self, args, optimize, dtype, join, agg, strategy, blocks, copy, casting, cache)
 
     def map(self, rel: object, fn: str, param: float | None = None) -> TensorRelation:
         """An element-wise function of every element (exp, log, sqrt, relu, neg, abs, pow, scale, ...)."""

@@ -67,11 +67,15 @@ def test_a_results_run_replaces_its_rows_and_keeps_the_others(tmp_path):
     path = tmp_path / "RESULTS.md"
     path.write_text("\n".join(["# R", "<!-- results:x:start -->", *RESULTS_HEADER, old_a, old_b,
                                 "<!-- results:x:end -->", "tail"]))  # fmt: skip
-    write_results("x", "python -m new", [Row("x", "case b", 1e-3, "peer", 1e-3, 1.5, ""),
-                                         Row("x", "case c", 2e-3, "peer", 1e-3, 1.5, "")], path)  # fmt: skip
+    run = [
+        Row("x", "case b", 1e-3, "peer", 1e-3, 1.5, ""),
+        Row("x", "case c", 2e-3, "peer", 1e-3, 1.5, ""),
+        Row("x", "case c", 2e-3, "other", 1e-3, None, ""),
+    ]
+    write_results("x", "python -m new", run, path)
     lines = path.read_text().splitlines()
     rows = [ln for ln in lines if ln.startswith("| case ") and ln not in RESULTS_HEADER]
-    assert [r.split("|")[1].strip() for r in rows] == ["case a", "case b", "case c"]
+    assert [r.split("|")[1].strip() for r in rows] == ["case a", "case b", "case c", "case c"]
     assert rows[0] == old_a
     assert "`python -m new`" in rows[1] and "2000-01-01" not in rows[1] and "1.000x" in rows[1]
     assert "2.000x" in rows[2] and lines[0] == "# R" and lines[-1] == "tail"

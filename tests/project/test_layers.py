@@ -36,6 +36,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tensorsql.arguments",
             "tensorsql.compiled",
             "tensorsql.ingest",
+            "tensorsql.lazy",
             "tensorsql.stored",
             "tensorsql.session_sql",
             "tensorsql.sqlpolicy",
