@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU and many-core checks in one call on a GPU machine (README "GPUs (CUDA)").
+# The GPU and many-core checks in one call on a GPU machine (docs "GPUs").
 #
 # The GPU machine has no package index. What its Python lacks is installed from a folder of wheels carried
 # with the call (WHEELS, default ./.whl), fetched beforehand for its Python (3.12) with

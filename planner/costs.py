@@ -1,4 +1,4 @@
-"""Partition enumeration and the EinDecomp cost model (README "The planner's formulas").
+"""Partition enumeration and the EinDecomp cost model (docs "EinDecomp").
 
 A partitioning ``d`` gives every distinct label of an EinSum a number of parts (shared labels are
 co-partitioned). Costs count tensor elements moved, as in the paper, with its typos corrected.

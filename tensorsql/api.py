@@ -66,14 +66,14 @@ def connect(
     ``progress``: a progress bar on stderr for long queries (None: on when stderr is a terminal, unless
     ``TENSORSQL_PROGRESS=0``).
 
-    Memory (README "Memory"): ``memory_limit`` bounds DuckDB's buffers and, separately, the kernels' own
-    memory (bytes, or a size string such as ``"2GB"``, ``"512MiB"``, ``"50%"``; None: DuckDB's default, 80%
-    of the machine's memory); ``temp_directory`` is where DuckDB spills what does not fit; ``max_block_bytes``
-    caps every block a plan makes (None: ``TENSORSQL_MAX_BLOCK_BYTES``, else 256 MiB or less under a small
-    memory_limit). Running out raises OutOfMemoryError.
+    Memory (docs "Memory and limits"): ``memory_limit`` bounds DuckDB's buffers and, separately, the
+    kernels' own memory (bytes, or a size string such as ``"2GB"``, ``"512MiB"``, ``"50%"``; None: DuckDB's
+    default, 80% of the machine's memory); ``temp_directory`` is where DuckDB spills what does not fit;
+    ``max_block_bytes`` caps every block a plan makes (None: ``TENSORSQL_MAX_BLOCK_BYTES``, else 256 MiB or
+    less under a small memory_limit). Running out raises OutOfMemoryError.
 
     ``device``: where the block kernels run: ``"cpu"`` (the default), ``"cuda"`` / ``"cuda:<n>"``
-    (README "GPUs (CUDA)"; DeviceError says why when the machine cannot), ``"cuda-emulated"`` (the GPU path
+    (docs "GPUs"; DeviceError says why when the machine cannot), ``"cuda-emulated"`` (the GPU path
     on the host, for tests).
     """
     from tensorsql.backends.cuda.executor import parse_device
@@ -82,7 +82,7 @@ def connect(
     if kind != "cpu" and (workers is not None or cluster is not None):
         raise DeviceError(
             f"device={device!r} on a cluster session is not supported yet: GPU workers are not built "
-            "(README 'GPUs (CUDA)')"
+            "(docs 'GPUs')"
         )
     if workers is not None or cluster is not None:
         for value, what in ((threads, "threads"), (temp_directory, "temp_directory")):
@@ -203,7 +203,7 @@ _T = TypeVar("_T")
 
 def _on_default(run: Callable[[Session], _T]) -> _T:
     """``run(default_session())``; once more on a new default session when the one it got was closed
-    meanwhile: another thread's ``close()`` between the lookup and the call made the call fail with
+    meanwhile: another thread's ``close()`` between the lookup and the call makes the call fail with
     SessionClosedError (nothing of it had run: its first step needs the open session)."""
     s = default_session()
     try:
@@ -743,7 +743,7 @@ def _result(x: object, y: TensorRelation) -> object:
 
 
 def softmax(x: object, over: int | Sequence[int] = -1) -> object:
-    """Softmax over the axes ``over``, built from EinSum steps (README "Element-wise maps and softmax"):
+    """Softmax over the axes ``over``, built from EinSum steps (docs "Einsum and numpy compatibility"):
     C = max over ``over``; E = exp(X - C); S = sum of E over ``over``; Y = E / S.
     """
     if not isinstance(x, TensorRelation):  # an array: on the default session, computed now

@@ -1,5 +1,5 @@
 """The ``tensorsql`` command line: SQL with tensor functions on a database file, an interactive shell, and
-tensors in and out of files (README "SQL: the command line").
+tensors in and out of files (docs "SQL and the command line").
 
     tensorsql sql DB "SELECT ..." [--csv | --json | --parquet FILE]
     tensorsql shell DB
@@ -31,7 +31,7 @@ SHOWN_ROWS = 200
 #: shell commands
 HELP = """\
   SQL ends with ';' (it may span lines). Tensor functions: einsum, tensor_map, softmax, tensor_cells,
-  tensor_from_cells (README "SQL").
+  tensor_from_cells (docs "SQL and the command line").
   .tables            tensor tables with their shape, dtype and blocks
   .explain STATEMENT the tensor plans and DuckDB's plan of a statement
   .timer on|off      time each statement

@@ -137,10 +137,11 @@ class Session:
     def sql(self, query: str, *, explain: bool = False) -> object:
         """One DuckDB SQL statement in which tensor tables are ordinary tables and the tensor table functions
         (``einsum``, ``tensor_map``, ``softmax``, ``tensor_cells``, ``tensor_from_cells``) are available:
-        each is planned like the Python API and replaced by its generated query (README "SQL"). Returns
-        DuckDB's relation for the statement (``.fetchall()``, ``.arrow()``, ``.df()``); ``CREATE [OR
-        REPLACE] TABLE t AS SELECT * FROM <tensor function>`` saves ``t`` as a tensor table (None).
-        ``explain=True`` (or a statement starting with ``EXPLAIN``): the plans' rows, not the statement's."""
+        each is planned like the Python API and replaced by its generated query (docs "SQL and the command
+        line"). Returns DuckDB's relation for the statement (``.fetchall()``, ``.arrow()``, ``.df()``);
+        ``CREATE [OR REPLACE] TABLE t AS SELECT * FROM <tensor function>`` saves ``t`` as a tensor table
+        (None). ``explain=True`` (or a statement starting with ``EXPLAIN``): the plans' rows, not the
+        statement's."""
         return session_sql.sql(self, query, explain=explain)
 
     @property
@@ -419,9 +420,9 @@ class Session:
         casting: str = "safe",
         cache: bool = True,
     ) -> TensorRelation:
-        """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (README "Extended
-        EinSum"). ``dtype=``/``casting=`` as numpy's; a bool or float16 array operand (no tensor has those
-        dtypes) takes numpy's promotion against the other operands.
+        """A lazy relation for ``numpy.einsum(*args)``, extended with ``join``/``agg`` (docs "Einsum and
+        numpy compatibility"). ``dtype=``/``casting=`` as numpy's; a bool or float16 array operand (no tensor
+        has those dtypes) takes numpy's promotion against the other operands.
 
         Blocking: EinDecomp by default; ``strategy=`` picks another (sqrt, data, model, none, operands)
         and ``blocks={label: parts}`` fixes the parts of the named labels in every step. Array operands are

@@ -101,9 +101,9 @@ def sql(session: Session, query: str, *, explain: bool = False) -> object:
 
 
 def _guard_view(session: Session, statement: exp.Create, calls: Sequence[tuple[str, TensorRelation]]) -> None:
-    """A view over tensor functions keeps SQL made for its tensors' dtype, shape and blocks: it now
-    checks at every read that their catalog rows are unchanged (replaced by a tensor of another dtype
-    of the same width, it read garbage)."""
+    """A view over tensor functions keeps SQL made for its tensors' dtype, shape and blocks: it
+    checks at every read that their catalog rows are unchanged (a tensor replaced by one of another dtype
+    of the same width would otherwise be read as garbage)."""
     # the engine's module, imported when used: importing tensorsql loads no engine
     from tensorsql.backends.duckdb import catalog as duck_catalog
 

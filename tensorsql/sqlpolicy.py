@@ -93,8 +93,8 @@ def temporary(create: exp.Create) -> bool:
 
 def wrapped(statement: exp.Expression) -> exp.Expression | None:
     """The statement inside ``EXPLAIN ANALYZE <it>`` (which runs it) or ``PREPARE name AS <it>`` (run by a
-    later ``EXECUTE``): sqlglot reads those as an opaque Command, which DuckDB then ran unchecked (a DELETE of
-    a tensor's rows, an UPDATE of the catalog). Found by tokens (a quoted name, a comment, a parameter list
+    later ``EXECUTE``): sqlglot reads those as an opaque Command, which DuckDB would run unchecked (a DELETE
+    of a tensor's rows, an UPDATE of the catalog). Found by tokens (a quoted name, a comment, a parameter list
     before ``AS``); one whose body cannot be found or read is refused (SQLFrontendError), never run
     unchecked. None for any other statement."""
     if not isinstance(statement, exp.Command) or not isinstance(statement.expression, exp.Literal):

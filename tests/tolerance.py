@@ -1,4 +1,4 @@
-"""Float tolerances derived from the computation (README, "Tests").
+"""Float tolerances derived from the computation (docs "Tests").
 
 A float result is compared element by element with a tolerance bounded by the rounding error of the
 computation that produced it, never with ``rtol`` alone: a sum of products that cancels to near zero errs in

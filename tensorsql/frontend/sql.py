@@ -3,7 +3,7 @@ function in its FROM clauses becomes a lazy relation (the same expression graph 
 nested calls are planned as one graph), and is replaced by the query of its generated plan. The rest of the
 statement is DuckDB's, untouched.
 
-Table functions (README "SQL"):
+Table functions (docs "SQL and the command line"):
 - ``einsum('ij,jk->ik', A, B [, join => 'add', agg => 'max', strategy => 'sqrt'])``;
 - ``tensor_map(A, 'exp' [, param])`` and ``softmax(A [, over => 1])``;
 - ``tensor_cells(A [, skip_zeros => true])``: rows ``(i0, ..., value)`` of a tensor;

@@ -38,8 +38,8 @@ def numel(shape: Sequence[int]) -> int:
 #: small, small enough that a 2-core machine gets several blocks to work on.
 DEFAULT_BLOCK_ELEMENTS = 1 << 20
 
-#: the default cap on the bytes of any block a plan makes (README "Memory"). A kernel call holds a few
-#: blocks at once (two operands, the output, packing scratch, DuckDB's copy of its result), and every
+#: the default cap on the bytes of any block a plan makes (docs "Memory and limits"). A kernel call holds a
+#: few blocks at once (two operands, the output, packing scratch, DuckDB's copy of its result), and every
 #: DuckDB thread may be in one, so the cap bounds a query's working memory by a small multiple of
 #: threads x cap; 256 MiB keeps that well under a machine's memory while a block stays big enough that
 #: the per-call overhead (~3 us) is nothing against its kernel work (a 256 MiB float32 GEMM block is

@@ -5,7 +5,7 @@ operator: its kind, its scalar arity, whether it is defined for complex dtypes, 
 its aggregation identity, whether it takes a parameter, and a one-line doc. Everything else derives from it:
 the ``JOINS``/``AGGS``/``MAPS``/``FLOAT_MAPS`` name tuples, ``AGG_FUNCS`` (the SQL aggregate per agg), the
 checks (``check_ops``, ``check_map``), the dtype rules (``map_dtype``, ``join_dtype``), the identities
-(``agg_identity``) and the README's operator table (``markdown_table``).
+(``agg_identity``) and the docs' operator table (``markdown_table``).
 
 Adding an operator is one row here, plus its name in ``planner/ops.py`` (the planner imports nothing from
 tensorsql) and one line in the C++ kernels' table (``udf_kernels/src/ops.hpp``).

@@ -109,7 +109,7 @@ def fit(
     if isinstance(model, TransformerBlock):
         raise ConfigError(
             "fit: trains a model on rows of features and a label column; a TransformerBlock maps a sequence "
-            "to a sequence: step it with ts.grad and an optimizer (README 'Machine learning')"
+            "to a sequence: step it with ts.grad and an optimizer (docs 'Machine learning')"
         )
     s = model.session
     optimizer = optimizer if optimizer is not None else SGD(0.1)
@@ -739,10 +739,9 @@ class Checkpoint:
 
     def _row(self) -> dict[str, object] | None:
         """The progress row by column, None when there is none. The table is looked up, never read on the
-        chance: inside the user's transaction a failed read aborts it (the user's writes were lost). A
+        chance: inside the user's transaction a failed read aborts it (the user's writes would be lost). A
         table (or view) of that name that a checkpoint did not write, or a damaged row, is a ConfigError
-        before anything is trained or written (a user's ``job__progress`` table was altered, then failed
-        the first save; a damaged row raised KeyError or JSONDecodeError)."""
+        before anything is trained or written."""
         local = self.s.local_executor
         if not local.has_table(self.progress.name):
             return None
@@ -805,7 +804,7 @@ class Checkpoint:
         """The saved epoch and losses, with the model's weights and the optimizer's state set from them (read
         into memory: the model never reads the checkpoint's tables, which a later epoch drops); None when
         nothing was saved yet. Checked before any of it is set: a checkpoint of more epochs than ``epochs``
-        is a ConfigError (the refused fit had changed the model and the optimizer)."""
+        is a ConfigError (so a refused fit leaves the model and the optimizer unchanged)."""
         found = self._progress()
         if found is None:
             return None

@@ -149,7 +149,7 @@ def test_save_refuses_overwrite_unless_replace(s):
 def test_from_sql(s, dtype):
     s.executor.con.execute("CREATE OR REPLACE TABLE coo (r INTEGER, c INTEGER, v DOUBLE)")
     s.executor.con.execute("INSERT INTO coo VALUES (0, 0, 1.5), (4, 6, -2), (2, 3, 7), (2, 3, 1), (1, 5, 3)")
-    if dtype == "int64":  # 1.5 is no int64: refused, never rounded (README "from_sql")
+    if dtype == "int64":  # 1.5 is no int64: refused, never rounded (docs "Tensor relations")
         with pytest.raises(ts.CastingError, match=r"\(0, 0\) has value 1\.5 which is not an integer"):
             s.from_sql("SELECT r, c, v FROM coo", shape=(5, 7), block_shape=(2, 3), dtype=dtype)
         s.executor.con.execute("UPDATE coo SET v = 1.0 WHERE r = 0")
@@ -301,7 +301,7 @@ def test_softmax(s, over):
 
 
 def test_attention_block(s):
-    """Multi-head attention as EinSum steps (README "Element-wise maps and softmax"), against numpy."""
+    """Multi-head attention as EinSum steps (docs "Einsum and numpy compatibility"), against numpy."""
     seq, dm, h, d = 6, 8, 2, 4
     Q, K, V = rand((seq, dm)), rand((seq, dm)), rand((seq, dm))
     WQ, WK, WV, WO = rand((dm, h, d)), rand((dm, h, d)), rand((dm, h, d)), rand((dm, h, d))

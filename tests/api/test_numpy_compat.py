@@ -1,6 +1,6 @@
 """numpy compatibility of ts.einsum / einsum_path / contract_expression: sublists, order=, optimize=, numpy's
-exception classes, out=, dtypes tensorsql declines (README "numpy compatibility"). numpy's and opt_einsum's
-own suites run in tests/compat."""
+exception classes, out=, dtypes tensorsql declines (docs "Einsum and numpy compatibility"). numpy's and
+opt_einsum's own suites run in tests/compat."""
 
 from __future__ import annotations
 

@@ -697,8 +697,9 @@ def test_a_local_cluster_that_cannot_start_is_a_config_error(monkeypatch):
 
 
 def test_a_cluster_started_from_the_dask_command_line(tmp_path):
-    """``dask scheduler`` and ``dask worker`` as separate processes: the multi-machine recipe (README), here
-    on one machine. The session sets the workers up itself (its plugin reaches workers already running)."""
+    """``dask scheduler`` and ``dask worker`` as separate processes: the multi-machine recipe (docs "The
+    cluster"), here on one machine. The session sets the workers up itself (its plugin reaches workers
+    already running)."""
     import subprocess
     import sys
     import time
@@ -838,7 +839,7 @@ def test_explain_shows_only_the_relations_own_last_run(cs):
 
 
 def test_a_cluster_without_workers_is_a_worker_lost_error(monkeypatch):
-    """As the README's Faults say (it was a ConfigError, a ValueError)."""
+    """As the docs' cluster page says."""
     monkeypatch.setattr(DX, "WORKER_WAIT", 1)
     cluster = distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=":0")
     try:

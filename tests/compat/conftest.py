@@ -1,4 +1,4 @@
-"""numpy's and opt_einsum's own einsum tests, run against tensorsql (README "numpy compatibility").
+"""numpy's and opt_einsum's own einsum tests, run against tensorsql (docs "Einsum and numpy compatibility").
 
 The one place that says which upstream tests do not apply to tensorsql and why (``SKIPS``), and which part of
 opt_einsum's large parametrizations runs by default (``SAMPLE``; ``TENSORSQL_COMPAT_FULL=1`` runs them all).

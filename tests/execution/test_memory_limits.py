@@ -1,4 +1,4 @@
-"""Bounded memory (README "Memory"): the per-block byte cap, memory_limit / temp_directory, the
+"""Bounded memory (docs "Memory and limits"): the per-block byte cap, memory_limit / temp_directory, the
 kernels' own memory budget and its typed OutOfMemoryError, storage a scan can stream, and repeated labels
 under forced blocks reading only diagonal blocks. Every case is cheap: small caps and limits stand in for
 multi-GB tensors."""

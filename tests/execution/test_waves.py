@@ -1,4 +1,4 @@
-"""Plans bigger than the memory limit run in waves (README "Memory"): stored inputs that together
+"""Plans bigger than the memory limit run in waves (docs "Memory and limits"): stored inputs that together
 pass ``memory_limit`` are joined in pieces instead of failing, and every result path (the sink, Arrow, save,
 materialize) gives numpy's answer. A small forced wave budget runs the shared equation lists in waves too."""
 

@@ -1,4 +1,4 @@
-"""The GPU executor (``connect(device=...)``, README "GPUs (CUDA)") against numpy.
+"""The GPU executor (``connect(device=...)``, docs "GPUs") against numpy.
 
 Every test runs on two devices: ``cuda-emulated``, the GPU kernel set built with its host emulation of the
 device (always), and ``cuda``, a real CUDA GPU (marked ``gpu``: ``pytest -m gpu`` on a GPU machine; skipped,

@@ -1,4 +1,4 @@
-"""The operator table (tensorsql/ir/ops.py) agrees with the planner's names, the C++ kernels and the README.
+"""The operator table (tensorsql/ir/ops.py) agrees with the planner's names, the C++ kernels and the docs.
 
 The C++ side is checked by calling the kernels with every operator name from the table on tiny blocks and
 comparing with numpy, and by reading the list of valid names from the error an unknown name raises.

@@ -1,5 +1,5 @@
 """Kernels split over the database's threads (``loop_steps`` in loop_impl.hpp, ``apply_all`` in map.cpp,
-``scaled_vectors``, tiny batches, packing and permutes in gemm.cpp) keep the promise the README states under
+``scaled_vectors``, tiny batches, packing and permutes in gemm.cpp) keep the promise the docs state under
 "Numerics: results across thread counts":
 
 - a result computed without a floating-point sum (maps, casts, joins that keep every label, max/min

@@ -1,4 +1,4 @@
-"""planner: the worked examples of README "The planner's formulas", enumeration, costs, strategies, graphs."""
+"""planner: the worked examples of docs "EinDecomp", enumeration, costs, strategies, graphs."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The GPU executor: the embedded DuckDB with the GPU kernel set (``udf_kernels/cuda``) bound to
-its statements. README "GPUs (CUDA)"."""
+its statements. Docs: "GPUs"."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The cluster executor on Dask distributed: ``executor`` (distributed relations,
-stages, the session's side), ``worker`` (each worker's own DuckDB). README "On a cluster (Dask)".
+stages, the session's side), ``worker`` (each worker's own DuckDB). Docs: "The cluster".
 
 ``distributed`` is an optional dependency (installed by ``make``): it is imported lazily, and a missing one
 raises ``ExtensionError`` with the command that installs it.
@@ -19,6 +19,6 @@ def require_distributed() -> ModuleType:
     except ImportError as exc:
         raise ExtensionError(
             "tensorsql's cluster executor needs dask.distributed: pip install 'tensorsql[distributed]' "
-            "(the README's `make` installs it)"
+            "(`make test` installs it into .venv)"
         ) from exc
     return distributed

@@ -449,7 +449,7 @@ class DaskExecutor:
     def _workers(self) -> dict[str, int]:
         """{address: threads} of the workers now, asked of the scheduler (the Client's cached
         ``scheduler_info`` can lag behind, even show none); a cluster with none for ``WORKER_WAIT`` seconds
-        is a WorkerLostError (README "Faults")."""
+        is a WorkerLostError (docs "The cluster")."""
         workers = self._nthreads()
         if not workers:
             try:
@@ -670,8 +670,8 @@ class DaskExecutor:
 
     def _gather(self, futures: list[Any], direct: bool | None, progress: bool = False) -> list[pa.Table]:
         """The parts, fetched as they finish, under the same watch as ``_await`` (``progress``: with its
-        progress lines): every worker lost after the tasks finished and before their results came made
-        Dask's gather wait forever (the parts made again were placed on the lost addresses); now they are
+        progress lines): a worker lost after the tasks finished and before their results came would leave
+        Dask's gather waiting forever (the parts made again are placed on the lost addresses), so they are
         moved to the workers there are, or the run gives up after ``WORKER_WAIT`` seconds (and its futures
         are cancelled, which ends the gather). A failed task raises its error as soon as it fails."""
         box: dict[str, Any] = {}

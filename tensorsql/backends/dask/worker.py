@@ -144,9 +144,9 @@ TRIM_CALLBACK = "tensorsql-trim"
 
 def _trim_when_paused(worker: Any) -> None:
     """While Dask has the worker paused for memory (over 80% of its limit by default), the memory its
-    allocators keep after freeing (pyarrow's pool, glibc's heap) is given back every ``TRIM_EVERY_MS``: once
-    Dask had spilled all it holds, a paused worker with a task ready held ~460 MB of such memory of its 572
-    MiB, never went under the threshold again, and the query waited forever."""
+    allocators keep after freeing (pyarrow's pool, glibc's heap) is given back every
+    ``TRIM_EVERY_MS``: otherwise, once Dask has spilled all it holds, a paused worker can keep enough of such
+    memory never to go under the threshold again, and the query waits forever."""
     callbacks = getattr(worker, "periodic_callbacks", None)
     if not isinstance(callbacks, dict) or TRIM_CALLBACK in callbacks:
         return

@@ -7,7 +7,8 @@ copied into memory that faults in one 4 KiB page at a time; on the project's VM 
 where reused memory takes ~5 GB/s (a 64 MiB Arrow export: ~50 ms against ~15 ms, RESULTS.md). Raising the
 mmap and trim thresholds and keeping one arena lets freed blocks be reused instead. The setting is
 process-wide, so it is applied once, on the first session, and can be turned off with
-``TENSORSQL_TUNE_MALLOC=0`` (before the first ``tensorsql.connect``) or ``tensorsql.allocator.restore()``.
+``TENSORSQL_TUNE_MALLOC=0`` (before the first ``tensorsql.connect``) or
+``tensorsql.backends.duckdb.allocator.restore()``.
 """
 
 from __future__ import annotations

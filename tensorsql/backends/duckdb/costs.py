@@ -1,4 +1,4 @@
-"""The embedded DuckDB engine's own terms, measured on the project's machines (README "Planning"): what the
+"""The embedded DuckDB engine's own terms, measured on the project's machines (docs "EinDecomp"): what the
 planner and the physical passes weigh on this engine, beyond the kernels' per-call/per-byte/per-flop model."""
 
 from __future__ import annotations

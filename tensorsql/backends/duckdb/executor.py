@@ -231,9 +231,9 @@ class DuckDBExecutor:
         self.programs = os.environ.get("TENSORSQL_PROGRAMS", "1").strip().lower() not in _OFF
         self.closed = False
         try:
-            #: bytes DuckDB's buffers may use, and so may the kernels' own memory (README "Memory"); without
-            #: a limit, shares of DuckDB's default (80% of the memory it sees) that leave 10% over together
-            #: (each at 80%, a runaway query grew to the machine's memory and the system killed it)
+            #: bytes DuckDB's buffers may use, and so may the kernels' own memory (docs "Memory and limits");
+            #: without a limit, shares of DuckDB's default (80% of the memory it sees) that leave 10% over
+            #: together (each at 80%, a runaway query could grow to the machine's memory and be killed)
             self.kernel_limit = limit
             if limit is None:
                 current, default = self._duckdb_limit(), memory.duckdb_default_limit()
@@ -933,7 +933,8 @@ class DuckDBExecutor:
         return [
             f"runs in waves: its blocks come to ~{held:,} bytes at once, over the wave budget of "
             f"{self.wave_budget:,} bytes (a quarter of memory_limit); each aggregation is stored by queries "
-            "over ranges of its keys, then the result is made in ranges of its keys (README 'Memory')"
+            "over ranges of its keys, then the result is made in ranges of its keys "
+            "(docs 'Memory and limits')"
         ]
 
     def _staged(self, st: _Statement, plan: Plan) -> StagedRun:

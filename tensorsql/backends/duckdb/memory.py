@@ -1,4 +1,5 @@
-"""A session's memory settings: ``memory_limit``, ``temp_directory`` and the block cap (README "Memory").
+"""A session's memory settings: ``memory_limit``, ``temp_directory`` and the block cap (docs "Memory and
+limits").
 
 Sizes are given as DuckDB writes them (``"2GB"``, ``"512 MiB"``, ``"80%"`` of the machine's memory) or as an
 int of bytes, and parsed here once: the same number of bytes goes to DuckDB's ``memory_limit`` and to the
