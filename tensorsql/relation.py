@@ -15,7 +15,14 @@ from sqlglot import exp
 from tensorsql import operators
 from tensorsql.backends import arrow
 from tensorsql.dtypes import DTYPES
-from tensorsql.errors import ConfigError, OperatorError, OutputError, ShapeError, ShapeTypeError
+from tensorsql.errors import (
+    ConfigError,
+    IndexingError,
+    OperatorError,
+    OutputError,
+    ShapeError,
+    ShapeTypeError,
+)
 from tensorsql.ir import blocking
 from tensorsql.ir import expr as E
 
@@ -393,6 +400,26 @@ class TensorRelation:
                 "Python scalar"
             )
         return self.numpy().reshape(()).item()
+
+    def item(self, *args: int) -> object:
+        """numpy's ``item``: the one element as a Python scalar, or, with an index (flat, or one per axis),
+        that element; it computes the relation."""
+        if not args and math.prod(self.shape) != 1:  # numpy's ValueError
+            raise ShapeError(
+                f"item() of a relation of shape {self.shape}: only a relation of one element converts to a "
+                "Python scalar (or name the element: item(i) or item(i, j, ...))"
+            )
+        if args:  # numpy's checks of the index on a view of the shape, before anything is computed
+            where = f"item{args} of a relation of shape {self.shape}"
+            try:
+                np.broadcast_to(False, self.shape).item(*args)
+            except IndexError as exc:
+                raise IndexingError(f"{where}: {exc}") from exc
+            except TypeError as exc:
+                raise ShapeTypeError(f"{where}: {exc}") from exc
+            except ValueError as exc:
+                raise ShapeError(f"{where}: {exc}") from exc
+        return self.numpy().item(*args)
 
     def __bool__(self) -> bool:  # numpy's: by value, never by length (``if rel > 100`` was always taken)
         return bool(self._item("bool()"))

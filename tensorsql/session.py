@@ -129,6 +129,15 @@ class Session:
     def database(self) -> str:
         return getattr(self.executor, "database", self.executor.name)
 
+    def __repr__(self) -> str:
+        """What a session is on, without a query (it works on a closed session too)."""
+        state = "closed" if self.closed else "open"
+        try:
+            where = f"database={self.database!r} threads={self.threads}"
+        except Exception:  # a half-made or closed executor: the class says enough
+            where = f"executor={type(self.executor).__name__}"
+        return f"<tensorsql.Session {where} strategy={self._strategy!r} {state}>"
+
     # -- SQL -----------------------------------------------------------------------------------------------
     def execute(self, query: str | exp.Expression, what: str = "query") -> list[tuple]:
         """Run a SQL statement on the executor and fetch its rows (the embedded DuckDB only)."""

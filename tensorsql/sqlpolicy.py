@@ -192,6 +192,8 @@ def refuse_writes(statement: exp.Expression, catalog: object) -> None:
             targets = list(statement.expressions)
         else:
             targets = [statement.this]
+        # ``INSERT INTO t (a, b) ...`` names its table inside a column list
+        targets = [t.this if isinstance(t, exp.Schema) else t for t in targets]
         for target in targets:  # tensorsql's own catalog: a TRUNCATE or a rename lost every tensor's entry
             if isinstance(target, exp.Table) and metadata.is_reserved(target.name) and not (
                 isinstance(statement, exp.Create) and not statement.args.get("replace")

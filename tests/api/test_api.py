@@ -502,3 +502,42 @@ def test_sizes_given_as_generators():
         assert s.from_numpy(np.ones((4, 6)), block_shape=(b for b in (2, 3))).block_shape == (2, 3)
         assert s.from_numpy(np.ones((4, 6)), blocks=iter((2, 1))).block_shape == (2, 6)
         assert s.from_sql("SELECT 0, 1.0", (n for n in (4,))).shape == (4,)
+
+
+@pytest.mark.parametrize("args", [(), (4,), (-1,), (1, 2), ((1, 0),), (0, -1)])
+def test_item_is_numpys(s, args):
+    """``item`` as numpy's: the one element, or the element an index names, as a Python scalar."""
+    a = np.arange(6.0).reshape(2, 3)
+    rel = s.from_numpy(a) * 2
+    if args:
+        got = rel.item(*args)
+        assert got == (a * 2).item(*args) and type(got) is float
+    else:
+        assert rel[1, 2].item() == 10.0 and type(rel[1, 2].item()) is float
+        assert s.from_numpy(np.array([7], dtype=np.int32)).item() == 7
+
+
+@pytest.mark.parametrize(
+    ("args", "error", "numpy_error", "match"),
+    [
+        ((), ts.ShapeError, ValueError, r"item\(\) of a relation of shape \(2, 3\): only a relation of one"),
+        ((9,), ts.IndexingError, IndexError, r"item\(9,\) of a relation of shape \(2, 3\): index 9 is out"),
+        ((1, 5), ts.IndexingError, IndexError, "index 5 is out of bounds for axis 1"),
+        (("x",), ts.ShapeTypeError, TypeError, "cannot be interpreted as an integer"),
+        ((1, 2, 3), ts.ShapeError, ValueError, "incorrect number of indices"),
+    ],
+)
+def test_item_refuses_what_numpy_refuses(s, args, error, numpy_error, match):
+    a = np.arange(6.0).reshape(2, 3)
+    with pytest.raises(numpy_error):
+        a.item(*args)
+    with pytest.raises(error, match=match) as caught:
+        s.from_numpy(a).item(*args)
+    assert isinstance(caught.value, numpy_error)
+
+
+def test_a_session_prints_what_it_is_on():
+    s = ts.connect(threads=2)
+    assert repr(s) == "<tensorsql.Session database=':memory:' threads=2 strategy='eindecomp' open>"
+    s.close()
+    assert repr(s).endswith(" closed>") and str(s) == repr(s)

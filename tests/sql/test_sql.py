@@ -503,6 +503,8 @@ def test_to_rows_id_arguments_are_checked(db, sales):
     "statement",
     [
         "INSERT INTO main.guarded SELECT * FROM guarded",
+        "INSERT INTO guarded (k0, k1, tensor) SELECT k0 + 5, k1, tensor FROM guarded",  # a column list
+        "INSERT INTO guarded BY NAME SELECT * FROM guarded",
         "DELETE FROM guarded",
         "UPDATE guarded SET k0 = 1",
         "ALTER TABLE guarded RENAME TO guarded2",
@@ -556,6 +558,24 @@ def test_execute_refuses_a_temporary_table_of_a_tensors_name(db, statement):
         db.execute(statement)
     np.testing.assert_array_equal(db.table("guarded").numpy(), np.arange(4.0).reshape(2, 2))
     db.execute("CREATE TEMP TABLE not_guarded AS SELECT 1 AS x; DROP TABLE not_guarded")
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT INTO tensorsql_catalog (name, dtype, shape, block_shape, format_version) "
+        "SELECT 'forged', 'float64', [2], [2], 1",
+        "INSERT INTO tensorsql_catalog SELECT * FROM tensorsql_catalog",
+        "INSERT INTO main.tensorsql_catalog BY NAME SELECT * FROM tensorsql_catalog",
+    ],
+)
+def test_rows_inserted_into_the_catalog_are_refused(db, statement):
+    """A forged catalog entry would list a tensor that is not there (or shadow one that is)."""
+    db.save(db.from_numpy(np.ones((2, 2))), "listed", replace=True)
+    before = db.tables()
+    with pytest.raises(ts.CatalogError, match="'tensorsql_catalog' refused: it is tensorsql's own"):
+        db.sql(statement)
+    assert db.tables() == before
 
 
 def test_drops_qualified_with_this_database_or_another_schema(tmp_path):
