@@ -165,8 +165,15 @@ def _ints(text: str | None, what: str) -> tuple[int, ...] | None:
 def cmd_import(args: argparse.Namespace, out: IO[str]) -> int:
     import pyarrow.parquet as pq
 
+    from tensorsql.errors import CatalogError
+
     shape, block = _ints(args.shape, "--shape"), _ints(args.block_shape, "--block-shape")
     with _session(args.database) as s:  # type: ignore[attr-defined]
+        if not args.replace and s.executor.catalog.exists(args.name):  # before reading the source
+            raise CatalogError(
+                f"a table named {args.name!r} (or one whose name differs only in the case of ASCII letters) "
+                "already exists in the database; --replace overwrites it"
+            )
         source = args.source
         if source.endswith(".npy") and os.path.exists(source):
             rel = s.from_numpy(np.load(source, allow_pickle=False), block_shape=block)

@@ -97,7 +97,10 @@ def test_bad_imports_and_commands_fail_clearly(db, tmp_path, capsys):
     path, _ = db
     np.save(tmp_path / "a.npy", np.ones(3))
     assert run("import", path, "A", str(tmp_path / "a.npy"))[0] == 1  # A exists: --replace overwrites
-    assert "CatalogError" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "CatalogError" in err and "--replace overwrites it" in err and "replace=True" not in err
+    assert run("import", path, "a", "SELECT 1, 2.0", "--shape", "3")[0] == 1  # one name, and the query unread
+    assert "'a' (or one whose name differs only in the case" in capsys.readouterr().err
     assert run("import", path, "A", str(tmp_path / "a.npy"), "--replace")[0] == 0
     with pytest.raises(SystemExit, match="needs --shape"):
         run("import", path, "X", "SELECT 1, 2.0")
