@@ -34,7 +34,7 @@ kernels-cuda: $(STAMP)
 
 # the GPU kernel set with its host emulation: connect(device="cuda-emulated"), which the tests use
 kernels-emulated: kernels
-	@echo "== building the emulated GPU kernel set (about a minute the first time)"
+	@echo "== building the emulated GPU kernel set (first time only: seconds to a minute)"
 	$(BIN)/python -m udf_kernels.gpu_build --emulated
 
 demo: kernels

@@ -18,7 +18,7 @@ and a CUDA runtime in them would tie every build to nvcc. nvcc is looked up in `
 Neither is built behind the user's back: ``python -m udf_kernels.make`` builds the CUDA set only where a
 CUDA device is visible (:func:`cuda_device_visible`) or when asked (``--cuda``, ``TENSORSQL_BUILD_CUDA=1``),
 and a build started by its first use (``connect(device="cuda-emulated")``) says so on stderr first, then
-reports its progress, since it takes about a minute.
+reports its progress, since it may take up to a minute.
 
 Run as ``python -m udf_kernels.gpu_build [--emulated] [--force]`` to build either one ahead.
 """
@@ -160,7 +160,7 @@ def _nvcc_flags(include_dir: Path) -> list[str]:
 def build(emulated: bool = False, force: bool = False) -> Path:
     """Build (if needed) and return the GPU kernel set's extension file: the CUDA build, or the emulated one.
 
-    A build says so on stderr before it starts (it takes about a minute) and reports its progress there.
+    A build says so on stderr before it starts (it may take up to a minute) and reports its progress there.
     Raises :class:`KernelBuildError` when nvcc is missing (CUDA build) or a compile fails.
     """
     out = built_path(emulated)
@@ -183,7 +183,7 @@ def build(emulated: bool = False, force: bool = False) -> Path:
         ahead = "python -m udf_kernels.gpu_build" + (" --emulated" if emulated else "")
         cpu.say(
             f"tensorsql: building the {'emulated ' if emulated else ''}GPU kernel set {name} "
-            f"({cpu._stale_reason(out, _inputs())}; {'about a minute' if emulated else 'minutes'}, once; "
+            f"({cpu._stale_reason(out, _inputs())}; {'up to a minute' if emulated else 'minutes'}, once; "
             f"`{ahead}` builds it ahead)"
         )
         include_dir = cpu.find_headers()

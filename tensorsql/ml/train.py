@@ -331,11 +331,10 @@ _U128 = exp.DataType.build("UHUGEINT", dialect="duckdb")
 
 def _mixed(x: int) -> int:
     """MurmurHash3's 64-bit finalizer of one word (a Python int)."""
-    for m in (*_MIX, None):
+    for m in _MIX:
         x ^= x >> 33
-        if m is not None:
-            x = (x * m) & _WORD
-    return x
+        x = (x * m) & _WORD
+    return x ^ (x >> 33)
 
 
 def _salt(seed: int, epoch: int) -> int:

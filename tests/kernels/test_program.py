@@ -165,6 +165,9 @@ def test_the_kernel_runs_a_program_into_sinks(con):
         ("i float64 2,3;s 0 0,0 3,1 1,1;o 1 0", [b"\0" * 48], "reads outside"),
         ("i float64 2,3;r 0 5;o 1 0", [b"\0" * 48], "reshapes"),
         ("i float64 2,3;o 0 1", [b"\0" * 48], "sinks has 1 keys"),
+        ("i float64 2,3;o 0 2147483647", [b"\0" * 48], "sink index 2147483647 is out of range"),
+        ("i float64 2,3;o 0 4294967296", [b"\0" * 48], "sink index 4294967296 is out of range"),
+        ("i float64 2,3;o 0 -1", [b"\0" * 48], "sink index -1 is out of range"),
         ("i bogus 2,3;o 0 0", [b"\0" * 48], "dtype"),
         ("i float64 2,x;o 0 0", [b"\0" * 48], "is not an integer"),
     ],
@@ -189,3 +192,20 @@ def test_a_sink_of_another_shape_or_dtype_is_refused(con):
             assert not out.any()
     with pytest.raises(duckdb.Error, match="sink"):
         _run(con, "i float64 2,3;o 0 0", [x.tobytes()], [12345])
+
+
+def test_outputs_read_from_a_sinks_own_memory_are_staged(con):
+    """Two writable slots given as both inputs (``tensor_source``, read in place) and sinks, the program
+    swapping them: each output is the input as it was, not as another output's write left it."""
+    a, b = np.arange(6.0).reshape(2, 3), -np.arange(6.0).reshape(2, 3)
+    want_a, want_b = b.copy(), a.copy()
+    path = udf_kernels.extension_path()
+    with udf_sink.Slot(path) as sa, udf_sink.Slot(path) as sb:
+        sa.set(a, writable=True)
+        sb.set(b, writable=True)
+        program = "i float64 2,3;i float64 2,3;o 1 0;o 0 1"
+        keys = f"[{sa.key}, {sb.key}]::BIGINT[]"
+        sql = f"SELECT tensor_program_into({keys}, ?, tensor_source({sa.key}), tensor_source({sb.key}))"
+        assert con.execute(sql, [program]).fetchone()[0] == 12
+    np.testing.assert_array_equal(a, want_a)
+    np.testing.assert_array_equal(b, want_b)

@@ -28,7 +28,9 @@
 #include "values.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
+#include <limits>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -150,10 +152,11 @@ Program parse_program(const Bytes &text, int n_blobs) {
 		const char kind = f[0][0];
 		if (kind == 'o') {
 			want(3, 3);
-			Output o {value(f[1], n_op), static_cast<int>(parse_int(f[2], at + "sink "))};
-			if (o.sink < 0) {
-				fail(at + "sink index is negative");
+			const int64_t sink = parse_int(f[2], at + "sink ");
+			if (sink < 0 || sink >= std::numeric_limits<int>::max()) { // checked before it is narrowed
+				fail(at + "sink index " + std::to_string(sink) + " is out of range");
 			}
+			Output o {value(f[1], n_op), static_cast<int>(sink)};
 			p.n_sinks = std::max(p.n_sinks, o.sink + 1);
 			p.outputs.push_back(o);
 			n_op++;
@@ -384,16 +387,39 @@ public:
 				}
 			}
 		}
+		// An input (or a reshape of one) is read in place from its slot's array, which may also be a sink's
+		// (a writable slot given as both, or a view of the same memory): such a value is staged in a buffer
+		// of its own first, so no output's write changes what another output copies from.
+		const size_t n_out = p.outputs.size();
+		auto bytes_of = [&](size_t i) {
+			const Step &s = p.steps[static_cast<size_t>(p.outputs[i].value)];
+			return s.numel * itemsize(s.dt);
+		};
+		staged_.resize(n_out);
+		for (size_t i = 0; i < n_out; i++) {
+			Value &v = values_[static_cast<size_t>(p.outputs[i].value)];
+			const auto src = reinterpret_cast<uintptr_t>(v.data); // addresses of unrelated arrays: compared as integers
+			const size_t n = bytes_of(i);
+			for (size_t j = 0; n && j < n_out; j++) {
+				const auto dst = reinterpret_cast<uintptr_t>(sinks_[j].base);
+				if (src < dst + bytes_of(j) && dst < src + n) {
+					staged_[i].charge_to(memory_of(budget_), kFn, "an output staged apart from the sinks");
+					std::memcpy(staged_[i].resize(n), v.data, n);
+					v.data = staged_[i].data();
+					break;
+				}
+			}
+		}
 		int64_t written = 0;
-		for (size_t i = 0; i < p.outputs.size(); i++) {
+		for (size_t i = 0; i < n_out; i++) {
 			const Output &o = p.outputs[i];
-			const Step &s = p.steps[static_cast<size_t>(o.value)];
-			const size_t bytes = s.numel * itemsize(s.dt);
+			const size_t bytes = bytes_of(i);
 			if (bytes) {
 				std::memcpy(sinks_[i].base, values_[static_cast<size_t>(o.value)].data, bytes);
 			}
-			written += static_cast<int64_t>(s.numel);
+			written += static_cast<int64_t>(p.steps[static_cast<size_t>(o.value)].numel);
 		}
+		staged_.clear();
 		values_.clear();
 		return written;
 	}
@@ -470,6 +496,7 @@ private:
 	Shape keys_;
 	std::vector<Sink> sinks_;
 	std::vector<Value> values_;
+	std::vector<AlignedBuf> staged_; // outputs read from memory a sink also holds (see run)
 	GemmScratch scratch_;
 };
 
